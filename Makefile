@@ -1,0 +1,36 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Both create .venv if missing.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: setup demo test lint bench lab clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first: the CPU build (a CUDA build is pulled in otherwise, several GB)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+## demo: CartPole GRPO on the default config (progress bar, runs/cartpole/learning_curve.png)
+demo: setup
+	$(VENV)/bin/grpo-minimal cartpole --out runs/cartpole
+
+## test: unit, property and learning tests, and every notebook under nbval
+test: setup
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	$(PY) bench/cartpole.py
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean:
+	rm -rf runs .pytest_cache .hypothesis

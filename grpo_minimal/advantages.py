@@ -1,0 +1,112 @@
+"""Advantages without a critic: group baselines, RLOO, and discounted returns.
+
+Symbols follow the notebooks. For one prompt (or one CartPole start state) we draw a group of
+G outputs with scalar rewards r_1..r_G.
+
+    (1) mean-centred        A_i = r_i - mean(r)
+    (2) GRPO (group scale)  A_i = (r_i - mean(r)) / (std(r) + eps)
+    (3) RLOO                A_i = r_i - 1/(G-1) * sum_{j != i} r_j  =  G/(G-1) * (r_i - mean(r))
+    (4) discounted return   R_t = r_t + gamma * R_{t+1}
+
+`std` is the unbiased (sample, G-1) standard deviation, as in TRL.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SCALE_REWARDS = ("group", "batch", "none")
+
+
+def _grouped(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """View flat rewards [B] as [B / G, G]: consecutive blocks of G are one group (TRL order)."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be a flat 1-D tensor, got shape {tuple(rewards.shape)}")
+    if num_generations < 2:
+        raise ValueError(f"num_generations must be >= 2, got {num_generations}")
+    if rewards.numel() % num_generations:
+        raise ValueError(
+            f"len(rewards)={rewards.numel()} is not a multiple of num_generations={num_generations}"
+        )
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN or inf; fix the reward function first")
+    return rewards.view(-1, num_generations)
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    num_generations: int,
+    scale_rewards: str = "group",
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Group-relative advantages, equations (1) and (2), with TRL's semantics.
+
+    The baseline is always the mean of the group. The scale is chosen by ``scale_rewards``:
+    ``"group"`` divides by each group's unbiased std (GRPO), ``"batch"`` by the std of the whole
+    batch, ``"none"`` does not divide (mean-centring only, as in Dr. GRPO / DeepSeek-R1 variants).
+    A group whose rewards are all equal gets advantages 0 (0 / (0 + eps)), never NaN.
+    """
+    if scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
+    grouped = _grouped(rewards.float(), num_generations)
+    advantages = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards == "group":
+        advantages = advantages / (grouped.std(dim=1, keepdim=True) + eps)
+    elif scale_rewards == "batch":
+        advantages = advantages / (grouped.std() + eps)
+    return advantages.reshape(-1)
+
+
+def rloo_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """REINFORCE leave-one-out advantages, equation (3): each reward minus the mean of the others."""
+    grouped = _grouped(rewards.float(), num_generations)
+    others_mean = (grouped.sum(dim=1, keepdim=True) - grouped) / (num_generations - 1)
+    return (grouped - others_mean).reshape(-1)
+
+
+def population_std_advantages(rewards: torch.Tensor, num_generations: int, eps: float = 1e-4):
+    """Equation (2) with the population std (divide by G, not G-1): for comparison only.
+
+    Several write-ups use it; TRL and this course use the unbiased std. For G=4 the two differ by
+    a factor sqrt(4/3).
+    """
+    grouped = _grouped(rewards.float(), num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    return (centred / (grouped.std(dim=1, unbiased=False, keepdim=True) + eps)).reshape(-1)
+
+
+def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Returns-to-go R_t = r_t + gamma * R_{t+1}, equation (4), for padded episodes.
+
+    ``rewards`` and ``mask`` are [episodes, T]; ``mask`` is 1 on real steps and 0 on padding
+    after an episode ended. Padding contributes nothing and gets return 0. An episode that was
+    truncated (time limit) is cut there: without a critic there is no value to bootstrap from.
+    """
+    if not 0.0 < gamma <= 1.0:
+        raise ValueError(f"gamma must be in (0, 1], got {gamma}")
+    if rewards.shape != mask.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and mask {tuple(mask.shape)} differ")
+    rewards = rewards * mask
+    returns = torch.zeros_like(rewards, dtype=torch.float32)
+    running = torch.zeros(rewards.shape[0], dtype=torch.float32)
+    for t in reversed(range(rewards.shape[1])):
+        running = rewards[:, t] + gamma * running * mask[:, t]
+        returns[:, t] = running
+    return returns
+
+
+def masked_normalize(values: torch.Tensor, mask: torch.Tensor, dim=None, eps: float = 1e-4):
+    """(x - mean) / (std + eps) over the entries where ``mask`` is 1 (unbiased std).
+
+    ``dim=None`` pools all masked entries; an int normalizes along that dimension. Where fewer
+    than two entries are valid the std is taken as 0, so the result is the centred value / eps
+    only if it is nonzero, which cannot happen for a single entry (it equals its mean).
+    """
+    mask = mask.float()
+    count = mask.sum() if dim is None else mask.sum(dim=dim, keepdim=True)
+    mean = (values * mask).sum() if dim is None else (values * mask).sum(dim=dim, keepdim=True)
+    mean = mean / count.clamp(min=1)
+    centred = (values - mean) * mask
+    sq = (centred**2).sum() if dim is None else (centred**2).sum(dim=dim, keepdim=True)
+    std = (sq / (count - 1).clamp(min=1)).sqrt()
+    return centred / (std + eps)

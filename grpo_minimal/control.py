@@ -1,0 +1,318 @@
+"""GRPO for discrete-action gymnasium environments (CartPole-v1 by default).
+
+One update, top to bottom (``train_cartpole``):
+
+1. draw ``groups_per_batch`` reset seeds; every group is G episodes started from the same seed,
+   so the group shares its start state, as G completions share one prompt;
+2. roll them out with the current policy, remembering log pi_old(a_t | s_t);
+3. turn per-step rewards into returns-to-go R_t (equation 4) and the returns into advantages,
+   normalised within the group (``step_advantages``);
+4. take ``num_iterations`` clipped gradient steps on the batch (``grpo_loss``), minus an entropy
+   bonus, plus beta * k3 KL to a reference policy refreshed every ``ref_update_every`` updates;
+5. when the sampled returns look good, evaluate the greedy policy; stop once solved.
+
+Episodes end when the environment says ``terminated`` (failure: no future reward) or
+``truncated`` (time limit). Both simply end the episode here: without a critic there is no value
+to bootstrap from, and every episode of a group faces the same time limit.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .advantages import discounted_returns, group_advantages, masked_normalize
+from .config import CartPoleConfig
+from .losses import categorical_entropy, grpo_loss
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (environment resets are seeded explicitly)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_env(env_id: str) -> gym.Env:
+    """Make a gymnasium environment and refuse any whose actions are not ``Discrete``."""
+    env = gym.make(env_id)
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        env.close()
+        raise ValueError(
+            f"env_id={env_id!r} has action space {env.action_space}; this trainer needs a "
+            "gymnasium.spaces.Discrete action space (a categorical policy), e.g. CartPole-v1"
+        )
+    if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+        env.close()
+        raise ValueError(
+            f"env_id={env_id!r} has observation space {env.observation_space}; "
+            "this trainer needs a flat Box observation"
+        )
+    return env
+
+
+class CategoricalPolicy(nn.Module):
+    """pi(a | s): an MLP from a flat observation to the logits of a categorical distribution."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden_size: int = 64) -> None:
+        super().__init__()
+        self.obs_dim, self.num_actions, self.hidden_size = obs_dim, num_actions, hidden_size
+        self.net = nn.Sequential(
+            nn.Linear(obs_dim, hidden_size),
+            nn.Tanh(),
+            nn.Linear(hidden_size, hidden_size),
+            nn.Tanh(),
+            nn.Linear(hidden_size, num_actions),
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+    def log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(a | s) by gather, and the logits (for the entropy)."""
+        logits = self(obs)
+        logps = torch.log_softmax(logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        return logps, logits
+
+
+@dataclass
+class EpisodeBatch:
+    """N episodes padded to T steps; ``mask`` is 1 on real steps. Groups are consecutive blocks."""
+
+    obs: torch.Tensor  # [N, T, obs_dim]
+    actions: torch.Tensor  # [N, T]
+    rewards: torch.Tensor  # [N, T]
+    logps: torch.Tensor  # [N, T] log pi_old(a_t | s_t) at sampling time
+    mask: torch.Tensor  # [N, T]
+    terminated: torch.Tensor  # [N] True if the episode failed, False if truncated
+
+    @property
+    def returns(self) -> torch.Tensor:
+        """Undiscounted episode returns [N]."""
+        return (self.rewards * self.mask).sum(dim=1)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.mask.sum().item())
+
+
+@torch.no_grad()
+def run_episodes(
+    policy: CategoricalPolicy,
+    envs: list[gym.Env],
+    seeds: list[int],
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+) -> EpisodeBatch:
+    """Run one episode in each env (reset with its seed), batching the policy over live envs.
+
+    Sampling uses the Gumbel-max trick with ``generator``, so it is reproducible and cheap.
+    """
+    n = len(envs)
+    obs = [[] for _ in range(n)]
+    actions = [[] for _ in range(n)]
+    rewards = [[] for _ in range(n)]
+    logps = [[] for _ in range(n)]
+    terminated = [False] * n
+    current = [env.reset(seed=int(s))[0] for env, s in zip(envs, seeds, strict=True)]
+    alive = list(range(n))
+    while alive:
+        x = torch.as_tensor(np.stack([current[i] for i in alive]), dtype=torch.float32)
+        log_probs = torch.log_softmax(policy(x), dim=-1)
+        if greedy:
+            chosen = log_probs.argmax(dim=-1)
+        else:
+            u = torch.rand(log_probs.shape, generator=generator).clamp_(1e-12, 1.0)
+            chosen = (log_probs - torch.log(-torch.log(u))).argmax(dim=-1)
+        chosen_logp = log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+        still_alive = []
+        for k, i in enumerate(alive):
+            a = int(chosen[k])
+            obs[i].append(current[i])
+            actions[i].append(a)
+            logps[i].append(float(chosen_logp[k]))
+            current[i], r, term, trunc, _ = envs[i].step(a)
+            rewards[i].append(float(r))
+            if term or trunc:
+                terminated[i] = bool(term)
+            else:
+                still_alive.append(i)
+        alive = still_alive
+
+    steps = max(len(a) for a in actions)
+    obs_dim = len(obs[0][0])
+    batch = EpisodeBatch(
+        obs=torch.zeros(n, steps, obs_dim),
+        actions=torch.zeros(n, steps, dtype=torch.long),
+        rewards=torch.zeros(n, steps),
+        logps=torch.zeros(n, steps),
+        mask=torch.zeros(n, steps),
+        terminated=torch.tensor(terminated),
+    )
+    for i in range(n):
+        t = len(actions[i])
+        batch.obs[i, :t] = torch.as_tensor(np.stack(obs[i]), dtype=torch.float32)
+        batch.actions[i, :t] = torch.tensor(actions[i])
+        batch.rewards[i, :t] = torch.tensor(rewards[i])
+        batch.logps[i, :t] = torch.tensor(logps[i])
+        batch.mask[i, :t] = 1.0
+    return batch
+
+
+def step_advantages(batch: EpisodeBatch, cfg: CartPoleConfig) -> torch.Tensor:
+    """Per-step advantages [N, T] from returns-to-go, normalised within each group of G episodes.
+
+    - ``per_step``: at each time t, (R_t - mean) / std over the group's episodes still running
+      at t. Compares actions taken at the same depth into the episode.
+    - ``all_steps``: (R_t - mean) / std over all steps of all the group's episodes. Early steps
+      have large R_t, so they get positive advantages whatever the action was.
+    - ``episode``: the episode's total return, group-normalised (equation 2) and given to every
+      step: the outcome-reward setting of LLM GRPO.
+    ``scale_rewards="none"`` only centres.
+    """
+    G = cfg.num_generations
+    n, steps = batch.mask.shape
+    if cfg.advantage == "episode":
+        adv = group_advantages(batch.returns, G, cfg.scale_rewards)
+        return adv.unsqueeze(1) * batch.mask
+    returns = discounted_returns(batch.rewards, batch.mask, cfg.gamma).view(-1, G, steps)
+    mask = batch.mask.view(-1, G, steps)
+    dim = 1 if cfg.advantage == "per_step" else (1, 2)
+    if cfg.scale_rewards == "none":
+        count = mask.sum(dim=dim, keepdim=True).clamp(min=1)
+        adv = (returns - (returns * mask).sum(dim=dim, keepdim=True) / count) * mask
+    else:
+        adv = masked_normalize(returns, mask, dim=dim)
+    return adv.view(n, steps)
+
+
+@torch.no_grad()
+def evaluate_policy(
+    policy: CategoricalPolicy, env_id: str, episodes: int = 100, seed: int = 10_000
+) -> np.ndarray:
+    """Greedy returns of ``episodes`` episodes, reset with seeds seed, seed+1, ..."""
+    envs = [make_env(env_id) for _ in range(episodes)]
+    batch = run_episodes(policy, envs, [seed + i for i in range(episodes)], greedy=True)
+    for env in envs:
+        env.close()
+    return batch.returns.numpy()
+
+
+def save_policy(policy: CategoricalPolicy, cfg: CartPoleConfig, path: str | os.PathLike) -> None:
+    """Write the policy and its config atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(
+        {
+            "state_dict": policy.state_dict(),
+            "obs_dim": policy.obs_dim,
+            "num_actions": policy.num_actions,
+            "config": cfg.to_dict(),
+        },
+        tmp,
+    )
+    os.replace(tmp, path)
+
+
+def load_policy(path: str | os.PathLike) -> tuple[CategoricalPolicy, CartPoleConfig]:
+    """Load what ``save_policy`` wrote."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    cfg = CartPoleConfig(**ckpt["config"])
+    policy = CategoricalPolicy(ckpt["obs_dim"], ckpt["num_actions"], cfg.hidden_size)
+    policy.load_state_dict(ckpt["state_dict"])
+    return policy, cfg
+
+
+def train_cartpole(
+    cfg: CartPoleConfig,
+    progress: bool = True,
+    on_update: Callable[[dict], None] | None = None,
+) -> tuple[CategoricalPolicy, list[dict]]:
+    """Train a categorical policy with GRPO. Returns the policy and one metrics dict per update."""
+    seed_everything(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    G = cfg.num_generations
+    envs = [make_env(cfg.env_id) for _ in range(cfg.groups_per_batch * G)]
+    policy = CategoricalPolicy(
+        envs[0].observation_space.shape[0], int(envs[0].action_space.n), cfg.hidden_size
+    )
+    reference = copy.deepcopy(policy).requires_grad_(False) if cfg.beta > 0 else None
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+
+    history: list[dict] = []
+    env_steps, eval_steps, start = 0, 0, time.perf_counter()
+    bar = tqdm(total=cfg.total_env_steps, desc="GRPO " + cfg.env_id, disable=not progress)
+    update = 0
+    while env_steps < cfg.total_env_steps:
+        # 1-2. a batch of groups: G episodes per start state
+        group_seeds = rng.integers(0, 2**31 - 1, size=cfg.groups_per_batch)
+        batch = run_episodes(policy, envs, np.repeat(group_seeds, G).tolist(), generator=generator)
+        env_steps += batch.num_steps
+        # 3. advantages from discounted returns-to-go, normalised within each group
+        advantages = step_advantages(batch, cfg)
+        # 4. clipped epochs on this batch, KL to a periodically refreshed reference
+        if reference is not None and cfg.ref_update_every and update % cfg.ref_update_every == 0:
+            reference.load_state_dict(policy.state_dict())
+        for _ in range(cfg.num_iterations):
+            logps, logits = policy.log_prob(batch.obs, batch.actions)
+            ref_logps = reference.log_prob(batch.obs, batch.actions)[0] if reference else None
+            loss, metrics = grpo_loss(
+                logps, batch.logps, ref_logps, advantages, batch.mask,
+                beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
+                loss_type=cfg.loss_type, use_bias_correction_kl=cfg.use_bias_correction_kl,
+            )  # fmt: skip
+            entropy = (categorical_entropy(logits) * batch.mask).sum() / batch.mask.sum()
+            optimizer.zero_grad()
+            (loss - cfg.entropy_coef * entropy).backward()
+            if cfg.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+        update += 1
+
+        returns = batch.returns
+        record = {
+            "update": update,
+            "env_steps": env_steps,
+            "wall_s": round(time.perf_counter() - start, 3),
+            "return_mean": returns.mean().item(),
+            "return_min": returns.min().item(),
+            "return_max": returns.max().item(),
+            "entropy": entropy.item(),
+            **{k: metrics[k] for k in ("loss", "kl", "clip_fraction")},
+        }
+        # 5. greedy evaluation, screened by 10 episodes so it is cheap while unsolved
+        if returns.mean().item() >= 0.5 * cfg.solve_threshold:
+            screen = evaluate_policy(policy, cfg.env_id, min(10, cfg.eval_episodes))
+            eval_steps += int(screen.sum())
+            record["eval_return"] = float(screen.mean())
+            if screen.mean() >= cfg.solve_threshold and cfg.eval_episodes > 10:
+                full = evaluate_policy(policy, cfg.env_id, cfg.eval_episodes)
+                eval_steps += int(full.sum())
+                record["eval_return"] = float(full.mean())
+            record["solved"] = record["eval_return"] >= cfg.solve_threshold
+            record["wall_s"] = round(time.perf_counter() - start, 3)
+        record["eval_env_steps"] = eval_steps
+        history.append(record)
+        if on_update is not None:
+            on_update(record)
+        bar.update(min(batch.num_steps, cfg.total_env_steps - bar.n))
+        bar.set_postfix(ret=f"{record['return_mean']:.0f}", greedy=record.get("eval_return", "-"))
+        if record.get("solved") and cfg.stop_when_solved:
+            break
+    bar.close()
+    for env in envs:
+        env.close()
+    return policy, history

@@ -1,0 +1,169 @@
+"""The GRPO objective, token by token, and the ways to average it.
+
+Symbols follow the notebooks. For token t of output i: log-probs under the policy being trained
+(log pi), the policy that sampled the data (log pi_old) and the reference (log pi_ref);
+advantage A_i (the same for every token of output i unless given per token).
+
+    (5) ratio               rho = exp(log pi - log pi_old)
+    (6) clipped surrogate   L_clip = min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)
+    (7) KL estimators, with x = log pi_ref - log pi on samples from pi:
+            k1 = -x      k2 = x^2 / 2      k3 = exp(x) - x - 1
+    (8) per-token loss      l = -L_clip + beta * k3      (optionally beta * rho * k3, TRL's default)
+    (9) aggregation over tokens: grpo, bnpo, dr_grpo, dapo (see ``aggregate_loss``)
+
+k1 is unbiased but can be negative; k3 is unbiased, always >= 0 and has lower variance when the
+two policies are close (Schulman, "Approximating KL divergence", 2020).
+"""
+
+from __future__ import annotations
+
+import torch
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def policy_ratio(logps: torch.Tensor, old_logps: torch.Tensor) -> torch.Tensor:
+    """Importance ratio rho = pi / pi_old computed in log space, equation (5)."""
+    return torch.exp(logps - old_logps)
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon: float,
+    epsilon_high: float | None = None,
+) -> torch.Tensor:
+    """The clipped surrogate objective L_clip of equation (6), per token (to be maximised).
+
+    ``epsilon_high`` (DAPO's "clip-higher") widens only the upper bound; None means symmetric.
+    When the clipped term is the smaller one, its gradient with respect to the ratio is zero.
+    """
+    high = epsilon if epsilon_high is None else epsilon_high
+    clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + high)
+    return torch.min(ratio * advantages, clipped * advantages)
+
+
+def kl_k1(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """k1 = log pi - log pi_ref, equation (7): unbiased, high variance, can be negative."""
+    return logps - ref_logps
+
+
+def kl_k2(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """k2 = (log pi - log pi_ref)^2 / 2, equation (7): biased, low variance, always >= 0."""
+    return 0.5 * (logps - ref_logps) ** 2
+
+
+def kl_k3(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """k3 = exp(x) - x - 1 with x = log pi_ref - log pi, equation (7): unbiased and >= 0.
+
+    This is the estimator GRPO (DeepSeekMath) and TRL use for KL(pi || pi_ref).
+    """
+    x = ref_logps - logps
+    return torch.exp(x) - x - 1.0
+
+
+def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
+    """Exact KL(p || q) = sum_a p(a) (log p(a) - log q(a)) between categorical distributions.
+
+    Computed over the last dimension from logits; the value the estimators (7) approximate.
+    """
+    log_p = torch.log_softmax(logits_p, dim=-1)
+    log_q = torch.log_softmax(logits_q, dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+
+
+def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy H(p) = -sum_a p(a) log p(a) over the last dimension, from logits."""
+    log_p = torch.log_softmax(logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)
+
+
+def aggregate_loss(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: str = "grpo",
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | None = None,
+) -> torch.Tensor:
+    """Average a [batch, tokens] loss into a scalar, equation (9), as TRL defines ``loss_type``.
+
+    - ``grpo``: mean over each sequence's own tokens, then mean over sequences (long outputs
+      get a smaller weight per token: a length bias).
+    - ``bnpo``: sum over all tokens / number of tokens in this batch.
+    - ``dr_grpo``: sum over all tokens / (batch * max_completion_length), a constant normaliser.
+    - ``dapo``: sum over all tokens / number of tokens in the whole (global) batch,
+      ``num_items_in_batch``; equal to ``bnpo`` when the batch is not split.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    mask = mask.to(per_token_loss.dtype)
+    total = (per_token_loss * mask).sum()
+    if loss_type == "grpo":
+        per_sequence = (per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        return per_sequence.mean()
+    if loss_type == "bnpo":
+        return total / mask.sum().clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        length = per_token_loss.shape[-1] if max_completion_length is None else max_completion_length
+        return total / (per_token_loss.shape[0] * length)
+    tokens = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
+    return total / tokens.clamp(min=1.0)
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return ((values * mask).sum() / mask.sum().clamp(min=1.0)).item()
+
+
+def grpo_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor | None,
+    ref_logps: torch.Tensor | None,
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    beta: float,
+    epsilon: float,
+    epsilon_high: float | None = None,
+    loss_type: str = "grpo",
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | None = None,
+    use_bias_correction_kl: bool = False,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO loss, equations (5)-(9). Returns ``(loss, metrics)``.
+
+    ``logps``, ``old_logps``, ``ref_logps`` and ``completion_mask`` are [batch, tokens];
+    ``advantages`` is [batch] (one per output) or [batch, tokens]. ``old_logps=None`` means the
+    data was sampled by the current policy (one update per batch): pi_old = pi.detach(), so the
+    ratio is 1 but its gradient is not zero. ``ref_logps`` may be None only when ``beta == 0``.
+    ``use_bias_correction_kl=True`` multiplies the KL term by the ratio, as TRL 1.16 does by
+    default; the classic GRPO objective (False) does not.
+    """
+    if beta > 0 and ref_logps is None:
+        raise ValueError("ref_logps is required when beta > 0")
+    if old_logps is None:
+        old_logps = logps.detach()
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    mask = completion_mask.to(logps.dtype)
+
+    ratio = policy_ratio(logps, old_logps)
+    per_token_loss = -clipped_surrogate(ratio, advantages, epsilon, epsilon_high)
+    kl = None
+    if beta > 0:
+        kl = kl_k3(logps, ref_logps)
+        per_token_loss = per_token_loss + beta * (kl * ratio if use_bias_correction_kl else kl)
+    loss = aggregate_loss(per_token_loss, mask, loss_type, max_completion_length, num_items_in_batch)
+
+    high = epsilon if epsilon_high is None else epsilon_high
+    with torch.no_grad():
+        low_clipped = ((ratio < 1 - epsilon) & (advantages < 0)).to(mask.dtype)
+        high_clipped = ((ratio > 1 + high) & (advantages > 0)).to(mask.dtype)
+        metrics = {
+            "loss": loss.item(),
+            "clip_fraction": _masked_mean(low_clipped + high_clipped, mask),
+            "clip_fraction_low": _masked_mean(low_clipped, mask),
+            "clip_fraction_high": _masked_mean(high_clipped, mask),
+            "ratio_mean": _masked_mean(ratio, mask),
+            "kl": _masked_mean(kl, mask) if kl is not None else 0.0,
+        }
+    return loss, metrics

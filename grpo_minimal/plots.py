@@ -1,0 +1,72 @@
+"""Matplotlib helpers shared by the notebooks and the command line."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+if os.environ.get("MPLBACKEND") is None and not os.environ.get("DISPLAY"):
+    matplotlib.use("Agg")  # headless CLI / CI; notebooks set their own inline backend
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def curve_band(histories: list[list[dict]], x: str = "env_steps", y: str = "return_mean", points: int = 100):
+    """Interpolate several runs onto one x grid: returns (grid, mean, min, max).
+
+    A run that stopped early (solved) is held at its last value, so the band covers all runs.
+    """
+    xs = [np.array([r[x] for r in h], dtype=float) for h in histories]
+    ys = [np.array([r[y] for r in h], dtype=float) for h in histories]
+    grid = np.linspace(0.0, max(v[-1] for v in xs), points)
+    curves = np.stack([np.interp(grid, xv, yv) for xv, yv in zip(xs, ys, strict=True)])
+    return grid, curves.mean(axis=0), curves.min(axis=0), curves.max(axis=0)
+
+
+def plot_runs(
+    runs: dict[str, list[list[dict]]],
+    x: str = "env_steps",
+    y: str = "return_mean",
+    ax=None,
+    title: str | None = None,
+):
+    """Mean curve with a min-max band for each labelled set of runs (one history per seed)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    for label, histories in runs.items():
+        grid, mean, low, high = curve_band(histories, x, y)
+        ax.plot(grid, mean, label=f"{label} (n={len(histories)})")
+        if len(histories) > 1:
+            ax.fill_between(grid, low, high, alpha=0.2)
+    ax.set_xlabel(x.replace("_", " "))
+    ax.set_ylabel(y.replace("_", " "))
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    return ax
+
+
+def learning_curve(history: list[dict], path: str | os.PathLike | None = None, title: str = ""):
+    """Sampled return per update and greedy evaluations; saved to ``path`` when given."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = [r["env_steps"] for r in history]
+    ax.plot(steps, [r["return_mean"] for r in history], label="sampled return (batch mean)")
+    ax.fill_between(
+        steps, [r["return_min"] for r in history], [r["return_max"] for r in history], alpha=0.2
+    )
+    evals = [(r["env_steps"], r["eval_return"]) for r in history if "eval_return" in r]
+    if evals:
+        ax.plot(*zip(*evals, strict=True), "o", label="greedy evaluation")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+    return fig
