@@ -3,7 +3,7 @@
 from .advantages import (
     discounted_returns,
     group_advantages,
-    masked_normalize,
+    masked_mean_std,
     population_std_advantages,
     rloo_advantages,
 )
@@ -33,7 +33,7 @@ __all__ = [
     "kl_k1",
     "kl_k2",
     "kl_k3",
-    "masked_normalize",
+    "masked_mean_std",
     "policy_ratio",
     "population_std_advantages",
     "rloo_advantages",

@@ -95,18 +95,16 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
     return returns
 
 
-def masked_normalize(values: torch.Tensor, mask: torch.Tensor, dim=None, eps: float = 1e-4):
-    """(x - mean) / (std + eps) over the entries where ``mask`` is 1 (unbiased std).
+def masked_mean_std(
+    values: torch.Tensor, mask: torch.Tensor, dim: int | tuple[int, ...] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mean, unbiased std and count of ``values`` where ``mask`` is 1, along ``dim`` (kept).
 
-    ``dim=None`` pools all masked entries; an int normalizes along that dimension. Where fewer
-    than two entries are valid the std is taken as 0, so the result is the centred value / eps
-    only if it is nonzero, which cannot happen for a single entry (it equals its mean).
+    ``dim=None`` pools every entry. With fewer than two valid entries the std is 0.
     """
-    mask = mask.float()
-    count = mask.sum() if dim is None else mask.sum(dim=dim, keepdim=True)
-    mean = (values * mask).sum() if dim is None else (values * mask).sum(dim=dim, keepdim=True)
-    mean = mean / count.clamp(min=1)
-    centred = (values - mean) * mask
-    sq = (centred**2).sum() if dim is None else (centred**2).sum(dim=dim, keepdim=True)
-    std = (sq / (count - 1).clamp(min=1)).sqrt()
-    return centred / (std + eps)
+    mask = mask.to(values.dtype)
+    dims = tuple(range(values.dim())) if dim is None else dim
+    count = mask.sum(dim=dims, keepdim=True)
+    mean = (values * mask).sum(dim=dims, keepdim=True) / count.clamp(min=1)
+    var = (((values - mean) * mask) ** 2).sum(dim=dims, keepdim=True) / (count - 1).clamp(min=1)
+    return mean, var.sqrt(), count

@@ -51,7 +51,9 @@ def _optional_float(text: str) -> float | None:
     return None if text.lower() == "none" else float(text)
 
 
-def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+def add_config_flags(
+    parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()
+) -> None:
     """One ``--flag`` per dataclass field, typed and documented from the class itself."""
     docs = field_docs(cls)
     converters = {"int": int, "float": float, "str": str, "bool": _parse_bool}
@@ -93,7 +95,9 @@ def run_cartpole(args: argparse.Namespace) -> dict:
 
         policy, history = train_cartpole(cfg, progress=not args.no_progress, on_update=log)
     save_policy(policy, cfg, out / "policy.pt")
-    learning_curve(history, out / "learning_curve.png", title=f"GRPO on {cfg.env_id}, seed {cfg.seed}")
+    learning_curve(
+        history, out / "learning_curve.png", title=f"GRPO on {cfg.env_id}, seed {cfg.seed}"
+    )
     last = history[-1]
     solved_at = next((r for r in history if r.get("solved")), None)
     return {
@@ -133,9 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    cartpole = commands.add_parser("cartpole", help="train GRPO on CartPole-v1 (or another discrete env)")
+    cartpole = commands.add_parser(
+        "cartpole", help="train GRPO on CartPole-v1 (or another discrete env)"
+    )
     cartpole.add_argument("--algo", choices=["grpo"], default="grpo", help="training algorithm")
-    cartpole.add_argument("--out", default="runs/cartpole", help="output folder (default: runs/cartpole)")
+    cartpole.add_argument(
+        "--out", default="runs/cartpole", help="output folder (default: runs/cartpole)"
+    )
     cartpole.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_config_flags(cartpole, CartPoleConfig)
     cartpole.set_defaults(func=run_cartpole)
@@ -143,9 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("evaluate", help="evaluate a trained policy or model")
     targets = evaluate.add_subparsers(dest="target", required=True)
     ev_cartpole = targets.add_parser("cartpole", help="greedy returns of a saved CartPole policy")
-    ev_cartpole.add_argument("--policy", required=True, help="path to policy.pt written by training")
-    ev_cartpole.add_argument("--episodes", type=int, default=100, help="evaluation episodes (default: 100)")
-    ev_cartpole.add_argument("--seed", type=int, default=10_000, help="first reset seed (default: 10000)")
+    ev_cartpole.add_argument(
+        "--policy", required=True, help="path to policy.pt written by training"
+    )
+    ev_cartpole.add_argument(
+        "--episodes", type=int, default=100, help="evaluation episodes (default: 100)"
+    )
+    ev_cartpole.add_argument(
+        "--seed", type=int, default=10_000, help="first reset seed (default: 10000)"
+    )
     ev_cartpole.set_defaults(func=run_evaluate_cartpole)
     return parser
 

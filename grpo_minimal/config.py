@@ -98,6 +98,7 @@ class GRPOConfig:
 
 
 ADVANTAGE_MODES = ("per_step", "all_steps", "episode")
+BASELINES = ("mean", "rloo")
 
 
 @dataclass
@@ -119,6 +120,9 @@ class CartPoleConfig(GRPOConfig):
     advantage: str = "per_step"
     """per_step: normalise R_t across the group at each t; all_steps: over all steps of the
     group; episode: the episode's total return, broadcast to its steps (outcome reward)"""
+    baseline: str = "mean"
+    """mean: subtract the group mean (GRPO); rloo: subtract the mean of the other outputs,
+    i.e. scale the centred value by n/(n-1) (equation 3)"""
     entropy_coef: float = 0.01
     """weight of the entropy bonus"""
     hidden_size: int = 64
@@ -143,6 +147,7 @@ class CartPoleConfig(GRPOConfig):
         check_range("total_env_steps", self.total_env_steps, 1)
         check_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check_choice("advantage", self.advantage, ADVANTAGE_MODES)
+        check_choice("baseline", self.baseline, BASELINES)
         check_range("entropy_coef", self.entropy_coef, 0.0)
         check_range("hidden_size", self.hidden_size, 1)
         check_range("eval_episodes", self.eval_episodes, 1)

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .advantages import discounted_returns, group_advantages, masked_normalize
+from .advantages import discounted_returns, masked_mean_std
 from .config import CartPoleConfig
 from .losses import categorical_entropy, grpo_loss
 
@@ -53,7 +53,10 @@ def make_env(env_id: str) -> gym.Env:
             f"env_id={env_id!r} has action space {env.action_space}; this trainer needs a "
             "gymnasium.spaces.Discrete action space (a categorical policy), e.g. CartPole-v1"
         )
-    if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+    if (
+        not isinstance(env.observation_space, gym.spaces.Box)
+        or len(env.observation_space.shape) != 1
+    ):
         env.close()
         raise ValueError(
             f"env_id={env_id!r} has observation space {env.observation_space}; "
@@ -79,7 +82,9 @@ class CategoricalPolicy(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)
 
-    def log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """log pi(a | s) by gather, and the logits (for the entropy)."""
         logits = self(obs)
         logps = torch.log_softmax(logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
@@ -179,22 +184,27 @@ def step_advantages(batch: EpisodeBatch, cfg: CartPoleConfig) -> torch.Tensor:
       have large R_t, so they get positive advantages whatever the action was.
     - ``episode``: the episode's total return, group-normalised (equation 2) and given to every
       step: the outcome-reward setting of LLM GRPO.
-    ``scale_rewards="none"`` only centres.
+    ``scale_rewards`` divides by the std of the compared values (``group``), of every value in
+    the batch (``batch``) or not at all (``none``); ``baseline="rloo"`` leaves each episode out of
+    its own baseline, which multiplies the advantage by n / (n - 1) for n compared values.
     """
     G = cfg.num_generations
     n, steps = batch.mask.shape
     if cfg.advantage == "episode":
-        adv = group_advantages(batch.returns, G, cfg.scale_rewards)
-        return adv.unsqueeze(1) * batch.mask
-    returns = discounted_returns(batch.rewards, batch.mask, cfg.gamma).view(-1, G, steps)
-    mask = batch.mask.view(-1, G, steps)
-    dim = 1 if cfg.advantage == "per_step" else (1, 2)
-    if cfg.scale_rewards == "none":
-        count = mask.sum(dim=dim, keepdim=True).clamp(min=1)
-        adv = (returns - (returns * mask).sum(dim=dim, keepdim=True) / count) * mask
+        values, mask, dim = batch.returns.view(-1, G, 1), torch.ones(n // G, G, 1), 1
     else:
-        adv = masked_normalize(returns, mask, dim=dim)
-    return adv.view(n, steps)
+        values = discounted_returns(batch.rewards, batch.mask, cfg.gamma).view(-1, G, steps)
+        mask = batch.mask.view(-1, G, steps)
+        dim = 1 if cfg.advantage == "per_step" else (1, 2)
+    mean, std, count = masked_mean_std(values, mask, dim)
+    advantages = (values - mean) * mask
+    if cfg.scale_rewards == "group":
+        advantages = advantages / (std + 1e-4)
+    elif cfg.scale_rewards == "batch":
+        advantages = advantages / (masked_mean_std(values, mask)[1] + 1e-4)
+    if cfg.baseline == "rloo":  # r - mean(others) = n / (n - 1) * (r - mean(all))
+        advantages = advantages * count / (count - 1).clamp(min=1)
+    return advantages.reshape(n, -1) * batch.mask
 
 
 @torch.no_grad()

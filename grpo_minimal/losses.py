@@ -104,7 +104,9 @@ def aggregate_loss(
     if loss_type == "bnpo":
         return total / mask.sum().clamp(min=1.0)
     if loss_type == "dr_grpo":
-        length = per_token_loss.shape[-1] if max_completion_length is None else max_completion_length
+        length = (
+            per_token_loss.shape[-1] if max_completion_length is None else max_completion_length
+        )
         return total / (per_token_loss.shape[0] * length)
     tokens = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
     return total / tokens.clamp(min=1.0)
@@ -152,7 +154,9 @@ def grpo_loss(
     if beta > 0:
         kl = kl_k3(logps, ref_logps)
         per_token_loss = per_token_loss + beta * (kl * ratio if use_bias_correction_kl else kl)
-    loss = aggregate_loss(per_token_loss, mask, loss_type, max_completion_length, num_items_in_batch)
+    loss = aggregate_loss(
+        per_token_loss, mask, loss_type, max_completion_length, num_items_in_batch
+    )
 
     high = epsilon if epsilon_high is None else epsilon_high
     with torch.no_grad():

@@ -13,7 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def curve_band(histories: list[list[dict]], x: str = "env_steps", y: str = "return_mean", points: int = 100):
+def curve_band(
+    histories: list[list[dict]], x: str = "env_steps", y: str = "return_mean", points: int = 100
+):
     """Interpolate several runs onto one x grid: returns (grid, mean, min, max).
 
     A run that stopped early (solved) is held at its last value, so the band covers all runs.
