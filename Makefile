@@ -21,7 +21,7 @@ demo: setup
 
 ## test: unit, property and learning tests, and every notebook under nbval
 test: setup
-	$(PY) -m pytest
+	GRPO_QUICK=1 $(PY) -m pytest
 
 lint: setup
 	$(VENV)/bin/ruff check .

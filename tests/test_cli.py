@@ -1,0 +1,47 @@
+"""The command line: train, evaluate, and refuse bad flags with one clear line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from grpo_minimal.cli import field_docs, main
+from grpo_minimal.config import CartPoleConfig
+
+
+def test_every_config_field_is_documented_for_help():
+    docs = field_docs(CartPoleConfig)
+    missing = [f for f in CartPoleConfig.__dataclass_fields__ if not docs.get(f)]
+    assert missing == []
+
+
+def test_train_then_evaluate(tmp_path, capsys):
+    out = tmp_path / "run"
+    main(["cartpole", "--seed", "1", "--total-env-steps", "3000", "--no-progress", "--out", str(out)])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["algo"] == "grpo" and summary["env_steps"] >= 3000
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == summary["updates"] and "return_mean" in json.loads(lines[0])
+    assert (out / "learning_curve.png").stat().st_size > 1000
+    main(["evaluate", "cartpole", "--policy", str(out / "policy.pt"), "--episodes", "5"])
+    result = json.loads(capsys.readouterr().out)
+    assert result["episodes"] == 5 and result["mean_return"] > 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--gamma", "1.5"], "gamma must be in (0.0, 1.0], got 1.5"),
+        (["--num-generations", "1"], "num_generations must be in [2, inf), got 1"),
+        (["--env-id", "Pendulum-v1"], "Discrete action space"),
+    ],
+)
+def test_bad_flags_give_one_clear_line(tmp_path, flags, message):
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_minimal", "cartpole", "--out", str(tmp_path), *flags],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
