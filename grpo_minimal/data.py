@@ -1,0 +1,164 @@
+"""Math data for the course: the shipped arithmetic splits, GSM8K, and JSONL files.
+
+Every loader returns a list of rows ``{"prompt": str, "answer": str}``: ``prompt`` is what the
+model sees and ``answer`` is the gold that `grpo_minimal.rewards.accuracy_reward` compares
+against (it reads the ``answer`` column by name). For TRL, wrap the rows with
+``datasets.Dataset.from_list(rows)``.
+
+- ``load_arithmetic(split)``: the synthetic splits shipped in ``data/`` (written by
+  ``data/make_arithmetic.py``, seeded): ``train`` / ``test`` (two-digit addition, ``"23+45="``)
+  and ``mix_train`` / ``mix_test`` (addition, subtraction, multiplication). No test problem is in
+  a train split.
+- ``load_gsm8k(split)``: GSM8K from the Hugging Face Hub through ``datasets`` (the GPU path; it
+  needs the network and ``pip install datasets``). The gold is the number after ``####``.
+- ``load_gsm8k_sample()``: a 20-problem GSM8K-format file written by this project, no network.
+- ``read_jsonl(path)`` / ``load_jsonl(path)``: your own data; a malformed line is an error that
+  names the file and the line number.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ARITHMETIC_SPLITS",
+    "DATA_DIR",
+    "gsm8k_final_answer",
+    "gsm8k_row",
+    "load_arithmetic",
+    "load_gsm8k",
+    "load_gsm8k_sample",
+    "load_jsonl",
+    "load_math_dataset",
+    "read_jsonl",
+]
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+"""The repository's ``data/`` folder (the package is used from a checkout of the course)."""
+
+ARITHMETIC_SPLITS = ("train", "test", "mix_train", "mix_test")
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSON-lines file: one JSON object per line; blank lines are skipped.
+
+    Raises FileNotFoundError if the file is missing, and ValueError naming the file and the
+    1-based line number when a line is not valid JSON or not a JSON object.
+    """
+    path = Path(path)
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{path}:{number}: expected a JSON object, got {type(row).__name__}"
+                )
+            rows.append(row)
+    return rows
+
+
+def gsm8k_final_answer(solution: str) -> str:
+    """The gold number of a GSM8K solution: the text after the last ``####``, without commas.
+
+    >>> gsm8k_final_answer("24*45 = <<24*45=1080>>1080\\n#### 1,080")
+    '1080'
+    """
+    if "####" not in solution:
+        raise ValueError(f"a GSM8K answer must end with '#### N', got {solution[-80:]!r}")
+    final = solution.rpartition("####")[2].strip().replace(",", "")
+    if not final:
+        raise ValueError(f"nothing after '####' in {solution[-80:]!r}")
+    return final
+
+
+def gsm8k_row(example: dict[str, Any]) -> dict[str, str]:
+    """Map one GSM8K example ``{"question", "answer"}`` to ``{"prompt", "answer"}``."""
+    for field in ("question", "answer"):
+        if not isinstance(example.get(field), str):
+            raise ValueError(f"GSM8K example needs a string field {field!r}, got {example!r:.120}")
+    return {"prompt": example["question"], "answer": gsm8k_final_answer(example["answer"])}
+
+
+def _math_rows(rows: list[dict[str, Any]], source: str) -> list[dict[str, str]]:
+    """Check that every row has string ``prompt`` and ``answer`` fields; keep only those two."""
+    out = []
+    for index, row in enumerate(rows):
+        for field in ("prompt", "answer"):
+            if not isinstance(row.get(field), str):
+                raise ValueError(
+                    f"{source}: row {index} needs a string field {field!r} "
+                    f"(fields are 'prompt' and 'answer'), got {row!r:.120}"
+                )
+        out.append({"prompt": row["prompt"], "answer": row["answer"]})
+    return out
+
+
+def load_jsonl(path: str | Path) -> list[dict[str, str]]:
+    """Read a math JSONL file with ``prompt`` and ``answer`` fields (or GSM8K's ``question``
+    and ``answer``, mapped to ``prompt`` and the number after ``####``)."""
+    rows = read_jsonl(path)
+    if rows and "question" in rows[0] and "prompt" not in rows[0]:
+        return [gsm8k_row(row) for row in rows]
+    return _math_rows(rows, str(path))
+
+
+def load_arithmetic(split: str = "train", data_dir: str | Path | None = None) -> list[dict]:
+    """The shipped arithmetic split: ``train``, ``test``, ``mix_train`` or ``mix_test``."""
+    if split not in ARITHMETIC_SPLITS:
+        raise ValueError(f"split must be one of {ARITHMETIC_SPLITS}, got {split!r}")
+    return load_jsonl(Path(data_dir or DATA_DIR) / f"arithmetic_{split}.jsonl")
+
+
+def load_gsm8k_sample(data_dir: str | Path | None = None) -> list[dict[str, str]]:
+    """The project's 20 GSM8K-format problems as ``{"prompt", "answer"}`` rows (no network)."""
+    return load_jsonl(Path(data_dir or DATA_DIR) / "gsm8k_sample.jsonl")
+
+
+def load_gsm8k(split: str = "train") -> list[dict[str, str]]:
+    """GSM8K (``openai/gsm8k``, config ``main``) from the Hugging Face Hub as rows.
+
+    Needs ``datasets`` (``pip install datasets``, in the ``gpu`` extra) and the network; it is
+    the GPU path, never used by the tests or the default notebooks.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"GSM8K split must be 'train' or 'test', got {split!r}")
+    try:
+        import datasets
+    except ImportError as err:
+        raise ImportError(
+            "load_gsm8k needs the 'datasets' package: pip install datasets "
+            "(or use load_gsm8k_sample() for the small offline sample)"
+        ) from err
+    return [
+        gsm8k_row(example) for example in datasets.load_dataset("openai/gsm8k", "main", split=split)
+    ]
+
+
+def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
+    """One name for every math source: ``arithmetic``, ``arithmetic_mix``, ``gsm8k``,
+    ``gsm8k_sample`` or a path to a ``.jsonl`` file (then ``split`` is ignored).
+
+    ``arithmetic_mix`` with split ``train`` reads ``mix_train``.
+    """
+    if name == "arithmetic":
+        return load_arithmetic(split)
+    if name == "arithmetic_mix":
+        return load_arithmetic(f"mix_{split}")
+    if name == "gsm8k":
+        return load_gsm8k(split)
+    if name == "gsm8k_sample":
+        return load_gsm8k_sample()
+    if name.endswith(".jsonl"):
+        return load_jsonl(name)
+    raise ValueError(
+        f"dataset must be 'arithmetic', 'arithmetic_mix', 'gsm8k', 'gsm8k_sample' or a .jsonl "
+        f"path, got {name!r}"
+    )

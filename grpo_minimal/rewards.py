@@ -1,0 +1,532 @@
+r"""Verifiable math rewards: safe answer extraction, exact comparison and format rewards.
+
+A verifiable reward reads the final answer out of a completion and compares it with the gold
+answer. No learned reward model, just rules. The rules below are the whole grader; notebook 05
+walks through each one with examples.
+
+Where the answer is read from (the "answer segments")
+-----------------------------------------------------
+Everything inside ``<think>...</think>`` is scratch work and is ignored (an unclosed ``<think>``
+hides the rest of the text; a ``</think>`` with no opener, as when the chat template opened the
+block in the prompt, hides everything before it). In the rest of the text, every place that
+states a final answer is a segment:
+
+1. each ``<answer>...</answer>`` block,
+2. each ``\boxed{...}`` (nested braces allowed, up to ``MAX_BRACE_DEPTH`` deep),
+3. each GSM8K marker ``#### ...`` (to the end of its line),
+4. each phrase "the answer is ...", "answer: ...", "final answer = ..." (to the end of its
+   sentence or line).
+
+If there is none of these, the documented fallback is the last non-empty line, after its last
+``=`` if it has one (so ``"23+45=68"`` gives 68 and a bare ``"68"`` gives 68).
+
+What a segment must contain
+---------------------------
+Exactly one number, with only words and light punctuation around it (``"x = 42"``,
+``"42 apples"``, ``"$1,080."`` are fine). A segment with two different numbers is a hedge
+(``"3 or 4"``) and a segment with math left over is an expression, not an answer
+(``"\sqrt{2}"``, ``"2^10"``, ``"9**9"``, ``"6*7"``, ``"42!"``): both give no answer. A segment that
+repeats one value (``"6/2 = 3"``) is fine.
+
+Marked segments (1-3) must each hold one number. Phrases (4) are prose, so when something is
+marked, a phrase only counts if it states exactly one number ("The answer is the sum of 3 and
+4: 3 + 4 = 7. \boxed{7}" is fine, the box decides); when nothing is marked, the phrases are the
+answer and each must hold exactly one number.
+
+All counted segments must agree: two boxed answers, two answer blocks, or an answer block and
+a "the answer is" phrase with different values are a hedge, and score 0.
+
+Numbers
+-------
+ASCII digits, an optional sign (``-``, ``+`` or the unicode minus), an optional ``$`` (or ``\$``),
+thousands separators in groups of three (``1,080``), decimals (``72.0``, ``.5``), fractions
+``a/b``, ``\frac{a}{b}``, ``\dfrac``, ``\tfrac`` and ``\frac12``, spaces around ``/`` and inside
+the braces. Values are exact ``fractions.Fraction`` objects, so ``"1/2" == "0.5" == "\frac{1}{2}"``
+and ``"72.0" == "72"``; there is no float tolerance (``0.33`` is not ``1/3``).
+
+A trailing ``%`` (or ``\%``) is dropped: ``"50%"`` equals 50, not 0.5, because GSM8K-style golds
+write percentages as plain numbers ("What percent ...? #### 50"). Not supported, so not an
+answer: scientific notation (``1e5``), mixed numbers (``1 1/2``), digits from other scripts
+(``"٤٢"``, full-width digits), numbers glued to letters (``"42km"``, ``"5th"``).
+
+Safety
+------
+Model output is data, never code: nothing here runs Python, SymPy or any evaluator on it. Every
+call is bounded in time without signals (so it works in any thread): completions longer than
+``MAX_COMPLETION_CHARS`` score 0 without being read; numbers with more than
+``MAX_NUMBER_DIGITS`` digits are not numbers (Python's ``int`` refuses 4300+ digits anyway); the
+regular expressions have no ambiguous nested repetition, so they cannot backtrack
+catastrophically; every scan moves forward only and answer segments never overlap. Each reward
+function scores each completion inside ``try``/``except``: a pathological completion gets 0.0,
+never an exception.
+
+Reward functions take the arguments TRL's ``GRPOTrainer`` passes (``completions`` plus every
+dataset column as a keyword), so ``GRPOTrainer(reward_funcs=[accuracy_reward, format_reward])``
+works unchanged. Completions may be plain strings or TRL's conversational format (a list of
+``{"role": ..., "content": ...}`` messages; the last message is scored).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from typing import Any
+
+__all__ = [
+    "MAX_BRACE_DEPTH",
+    "MAX_COMPLETION_CHARS",
+    "MAX_NUMBER_DIGITS",
+    "R1_SYSTEM_PROMPT",
+    "accuracy_reward",
+    "answer_segments",
+    "combined_reward",
+    "completion_text",
+    "extract_answer",
+    "extract_value",
+    "format_reward",
+    "is_r1_format",
+    "make_combined_reward",
+    "parse_gold",
+    "parse_number",
+]
+
+MAX_COMPLETION_CHARS = 10_000
+"""Longer completions score 0 without being read (a bound on time, and no hedging hides in them)."""
+
+MAX_NUMBER_DIGITS = 40
+"""A number with more digits than this is not a number (bounds the cost of exact arithmetic)."""
+
+MAX_BRACE_DEPTH = 20
+"""Deeper nesting inside ``\\boxed{...}`` gives no answer."""
+
+R1_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. The Assistant first thinks about the reasoning process and then gives the user "
+    "the answer. The reasoning process and the answer are enclosed within <think> </think> and "
+    "<answer> </answer> tags, respectively, i.e., <think> reasoning process here </think> "
+    "<answer> answer here </answer>."
+)
+"""The DeepSeek-R1 format instruction that `format_reward` checks for."""
+
+# --- numbers ------------------------------------------------------------------------------------
+
+_INT = r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)"  # 1,080 or 1080
+_DEC = rf"(?:{_INT}(?:\.[0-9]+)?|\.[0-9]+)"  # 72, 72.0, .5
+_SIGNED = r"[-+\u2212]?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"  # inside \frac braces
+_NUMBER_RE = re.compile(
+    r"(?<![0-9A-Za-z_.])"  # not the middle of a word or of another number
+    r"(?P<sign>[-+\u2212]?)(?:\\?\$ ?)?(?P<sign2>[-\u2212]?)"  # -$5, $-5, +5, \$5
+    r"(?:"
+    rf"\\[dt]?frac *\{{ *(?P<fnum>{_SIGNED}) *\}} *\{{ *(?P<fden>{_SIGNED}) *\}}"  # \frac{1}{2}
+    r"|\\[dt]?frac(?P<snum>[0-9])(?P<sden>[0-9])"  # \frac12
+    rf"|(?P<num>{_DEC})(?: */ *(?P<den>{_DEC}))?"  # 1,080.5 and 3/4
+    r")"
+    r"(?![0-9A-Za-z_])"  # not glued to a word: 42km and 5th are not numbers
+    r"(?: ?\\?%)?"  # a trailing % is dropped: 50% == 50
+)
+# Markup that may surround an answer; removed before looking for leftover math.
+_MARKUP_RE = re.compile(
+    r"\\(?:boxed|text|textbf|textrm|mathrm|mathbf|displaystyle|left|right)\b"
+    r"|\\[,;:! \[\]()]|\^ ?\{? ?\\circ ?\}?|[{}$]"
+)
+_BOLD_RE = re.compile(r"\*\*([^*\n]{1,100}?)\*\*")  # markdown **42**
+# Math left over once numbers and markup are gone: the segment is an expression, not an answer.
+_LEFTOVER_MATH_RE = re.compile(r"[\\^_*+/\-\u2212<>!|\u00d7\u00f7\u00b7\u221a\u03c0\u221e]")
+
+
+def _decimal(text: str) -> Fraction | None:
+    """Exact value of a plain decimal string such as ``-1,080.50`` (None when too long)."""
+    text = text.replace(",", "").replace("\u2212", "-")
+    if sum(ch.isdigit() for ch in text) > MAX_NUMBER_DIGITS:
+        return None
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _token_value(match: re.Match[str]) -> Fraction | None:
+    """Exact value of one `_NUMBER_RE` match (None for ``x/0``, too many digits, ``-$-5``)."""
+    if match["sign"] and match["sign2"]:
+        return None
+    if match["num"] is not None:
+        num, den = _decimal(match["num"]), _decimal(match["den"]) if match["den"] else Fraction(1)
+    elif match["fnum"] is not None:
+        num, den = _decimal(match["fnum"]), _decimal(match["fden"])
+    else:
+        num, den = Fraction(int(match["snum"])), Fraction(int(match["sden"]))
+    if num is None or den is None or den == 0:
+        return None
+    value = num / den
+    return -value if (match["sign"] + match["sign2"]) in ("-", "\u2212") else value
+
+
+def _segment_numbers(segment: str) -> list[tuple[str, Fraction]] | None:
+    """The distinct numbers of one answer segment, in order, as (text, value).
+
+    Returns None when the segment holds something that is not a plain number (an unparseable
+    number or math left over, such as ``\\sqrt{2}`` or ``2^10``). Stops after two distinct values,
+    since two already make a hedge.
+    """
+    segment = _BOLD_RE.sub(r" \1 ", segment)
+    found: dict[Fraction, str] = {}
+    cache: dict[str, Fraction | None] = {}
+    leftover: list[str] = []
+    last = 0
+    for match in _NUMBER_RE.finditer(segment):
+        token = match.group()
+        if token not in cache:
+            cache[token] = _token_value(match)
+        value = cache[token]
+        if value is None:
+            return None
+        found.setdefault(value, token.strip())
+        leftover.append(segment[last : match.start()])
+        last = match.end()
+        if len(found) > 1:
+            return [(text, val) for val, text in found.items()]
+    leftover.append(segment[last:])
+    rest = _MARKUP_RE.sub(" ", " ".join(leftover))
+    if _LEFTOVER_MATH_RE.search(rest):
+        return None
+    return [(text, val) for val, text in found.items()]
+
+
+def _single_number(segment: str) -> tuple[str, Fraction] | None:
+    """The one number a segment states, or None (no number, a hedge, or an expression)."""
+    numbers = _segment_numbers(segment)
+    if numbers is None or len(numbers) != 1:
+        return None
+    return numbers[0]
+
+
+def parse_number(text: str) -> Fraction | None:
+    r"""Exact value of a text that states one number, e.g. ``"1,080"``, ``"\frac{1}{2}"``, ``"50%"``.
+
+    Returns None for anything else: no number, several numbers, an expression, too long.
+
+    >>> parse_number("1/2") == parse_number("0.5") == parse_number(r"\frac{1}{2}")
+    True
+    """
+    if not isinstance(text, str) or len(text) > MAX_COMPLETION_CHARS:
+        return None
+    found = _single_number(text)
+    return None if found is None else found[1]
+
+
+# --- answer segments ----------------------------------------------------------------------------
+
+_PHRASE_RE = re.compile(
+    r"\banswer(?:\*\*)?[ \t]*(?:(?:is|was|would be|will be)\b|[:=])(?:[ \t]*:)?(?:\*\*(?= ))?",
+    re.IGNORECASE,
+)
+_SENTENCE_END_RE = re.compile(r"\.(?:\s|$)|<")  # a phrase ends at its sentence or at a tag
+_BRACE_RE = re.compile(r"[{}]")
+
+
+def _strip_think(text: str) -> str:
+    """The text outside ``<think>...</think>`` blocks (blocks become line breaks)."""
+    first_open, first_close = text.find("<think>"), text.find("</think>")
+    if first_close >= 0 and (first_open < 0 or first_close < first_open):
+        text = text[first_close + len("</think>") :]  # the prompt opened the block
+    parts, pos = [], 0
+    while True:
+        start = text.find("<think>", pos)
+        if start < 0:
+            parts.append(text[pos:])
+            break
+        parts.append(text[pos:start])
+        end = text.find("</think>", start)
+        if end < 0:  # never closed: the rest is still thinking
+            break
+        pos = end + len("</think>")
+    return "\n".join(parts)
+
+
+def _tag_blocks(text: str, open_tag: str, close_tag: str) -> list[str] | None:
+    """Contents of each ``open_tag ... close_tag`` block; None if one is never closed."""
+    blocks, pos = [], 0
+    while True:
+        start = text.find(open_tag, pos)
+        if start < 0:
+            return blocks
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:
+            return None
+        blocks.append(text[start + len(open_tag) : end])
+        pos = end + len(close_tag)
+
+
+def _boxed_blocks(text: str) -> list[str] | None:
+    r"""Contents of each top-level ``\boxed{...}``; None if one is unbalanced or too deep."""
+    blocks, pos = [], 0
+    while True:
+        start = text.find("\\boxed", pos)
+        if start < 0:
+            return blocks
+        brace = start + len("\\boxed")
+        while brace < len(text) and text[brace] == " ":
+            brace += 1
+        if brace >= len(text) or text[brace] != "{":
+            return None  # "\boxed 42" and friends are not supported
+        depth, end = 0, -1
+        for match in _BRACE_RE.finditer(text, brace):
+            depth += 1 if match.group() == "{" else -1
+            if depth > MAX_BRACE_DEPTH:
+                return None
+            if depth == 0:
+                end = match.start()
+                break
+        if end < 0:
+            return None
+        blocks.append(text[brace + 1 : end])
+        pos = end + 1
+
+
+def _line_end(text: str, start: int, limit: int = -1) -> int:
+    """Index of the end of the line that ``start`` is on, but at most ``limit`` (-1: no limit)."""
+    limit = len(text) if limit < 0 else limit
+    end = text.find("\n", start, limit)
+    return limit if end < 0 else end
+
+
+def answer_segments(text: str) -> tuple[list[str], list[str]] | None:
+    r"""Where a completion states its final answer: (marked segments, phrase segments).
+
+    Marked segments come from ``<answer>`` blocks, ``\boxed{}`` and ``####``; phrase segments
+    from "the answer is ...". Think blocks are skipped. Returns None when the structure is broken
+    (an unclosed ``<answer>`` or an unbalanced ``\boxed{``), which gives no answer.
+    """
+    visible = _strip_think(text)
+    tags = _tag_blocks(visible, "<answer>", "</answer>")
+    boxes = _boxed_blocks(visible)
+    if tags is None or boxes is None:
+        return None
+    marked = tags + boxes
+    # A "####" or phrase segment ends at its line's end, at its sentence's end (phrases), or where
+    # the next marker starts, so segments never overlap and the work stays linear in the text.
+    pos = visible.find("####")
+    while pos >= 0:
+        following = visible.find("####", pos + 4)
+        marked.append(visible[pos + 4 : _line_end(visible, pos + 4, following)])
+        pos = following
+    phrases = []
+    matches = list(_PHRASE_RE.finditer(visible))
+    for i, match in enumerate(matches):
+        limit = matches[i + 1].start() if i + 1 < len(matches) else -1
+        end = _line_end(visible, match.end(), limit)
+        stop = _SENTENCE_END_RE.search(visible, match.end(), end)
+        phrases.append(visible[match.end() : end if stop is None else stop.start()])
+    return marked, phrases
+
+
+def _extract(text: str) -> tuple[str, Fraction] | None:
+    """The final answer of a completion as (text, exact value), or None (see module docstring)."""
+    if not isinstance(text, str) or len(text) > MAX_COMPLETION_CHARS:
+        return None
+    segments = answer_segments(text)
+    if segments is None:
+        return None
+    marked, phrases = segments
+    stated: list[tuple[str, Fraction]] = []
+    for segment in marked:  # each must state exactly one number
+        found = _single_number(segment)
+        if found is None:
+            return None
+        stated.append(found)
+    for segment in phrases:
+        numbers = _segment_numbers(segment)
+        if numbers is not None and len(numbers) == 1:
+            stated.extend(numbers)
+        elif (numbers is None or len(numbers) > 1) and not marked:
+            return None  # the phrase is the answer: "3 or 4" is a hedge, "6*7" an expression
+        # else: no number ("the answer is below"), or prose around a marked answer: skipped
+    if not stated:  # nothing marked and no phrase with a number: the documented fallback
+        lines = [line for line in _strip_think(text).splitlines() if line.strip()]
+        return _single_number(lines[-1].rpartition("=")[2]) if lines else None
+    if len({value for _, value in stated}) != 1:
+        return None  # several different final answers: a hedge
+    return stated[-1]
+
+
+def extract_answer(text: str) -> str | None:
+    r"""The final answer a completion states, as written (e.g. ``"1,080"``, ``"\frac{1}{2}"``).
+
+    None when there is no single, unambiguous answer. See the module docstring for the rules.
+
+    >>> extract_answer("<think>6*7</think><answer>42</answer>")
+    '42'
+    >>> extract_answer("It is \\boxed{3} or \\boxed{4}.") is None
+    True
+    """
+    found = _extract(text)
+    return None if found is None else found[0]
+
+
+def extract_value(text: str) -> Fraction | None:
+    """The exact value of the final answer a completion states (None when there is none)."""
+    found = _extract(text)
+    return None if found is None else found[1]
+
+
+def parse_gold(gold: Any) -> Fraction:
+    r"""Exact value of a gold answer: ``"72"``, ``"1,080"``, ``"\frac{1}{2}"``, a GSM8K solution
+    ending in ``#### 72``, any text the completion rules read one answer from (such as a worked
+    solution ending in ``\boxed{5}``), or an int / Fraction.
+
+    Golds come from the data set, not from the model, so a bad gold is a bug in the data: it
+    raises ValueError naming the value instead of silently scoring 0.
+    """
+    if isinstance(gold, bool):
+        raise ValueError(f"answer must be a number or a string, got the bool {gold!r}")
+    if isinstance(gold, (int, Fraction)):
+        return Fraction(gold)
+    if isinstance(gold, float) and math.isfinite(gold):
+        gold = repr(gold)
+    if not isinstance(gold, str):
+        raise ValueError(f"answer must be a number or a string, got {type(gold).__name__}")
+    if "####" in gold:  # a GSM8K solution: the answer follows the last marker
+        start = gold.rfind("####") + 4
+        gold_text = gold[start : _line_end(gold, start)]
+    else:
+        gold_text = gold
+    value = parse_number(gold_text)
+    if value is None:  # a worked solution, e.g. MATH's "... so the answer is \boxed{5}."
+        value = extract_value(gold_text)
+    if value is None:
+        raise ValueError(
+            f"answer {gold[:80]!r} is not one number (allowed: 72, -3, 1,080, 0.5, 1/2, "
+            r"\frac{1}{2}, 50%, or a solution ending in '#### 72' or '\boxed{72}')"
+        )
+    return value
+
+
+# --- completions --------------------------------------------------------------------------------
+
+
+def completion_text(completion: Any) -> str | None:
+    """The text of one completion: a string, or TRL's conversational list of messages.
+
+    For a list of ``{"role", "content"}`` messages the last message is used; its content may be
+    a string or a list of parts (``{"type": "text", "text": ...}``). Anything else gives None.
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, (list, tuple)) and completion:
+        completion = completion[-1]
+    if not isinstance(completion, dict):
+        return None
+    content = completion.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        if all(isinstance(p, str) for p in parts):
+            return "".join(parts)
+    return None
+
+
+def _safely(score: Callable[[], float]) -> float:
+    """Run one per-completion score; any exception becomes 0.0 (the reward never raises)."""
+    try:
+        return float(score())
+    except Exception:
+        return 0.0
+
+
+def _correct(completion: Any, gold: Fraction) -> float:
+    """1.0 if the completion's final answer equals the gold exactly, else 0.0."""
+    value = extract_value(completion_text(completion))
+    return 1.0 if value is not None and value == gold else 0.0
+
+
+def accuracy_reward(
+    completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any
+) -> list[float]:
+    r"""Outcome reward: 1.0 when a completion's final answer equals its gold, else 0.0.
+
+    Args:
+        completions: strings or TRL conversational completions, one per sample.
+        answer: the gold answers (the data set's ``answer`` column), one per completion, e.g.
+            ``"72"``, ``"1,080"``, ``"\frac{1}{2}"`` or a GSM8K solution ending in ``#### 72``.
+        **kwargs: whatever else TRL passes (prompts, other columns, trainer state); ignored.
+
+    Raises ValueError if the lengths differ or a gold is not a number (a data bug); a completion
+    never raises, it scores 0.0.
+    """
+    if len(completions) != len(answer):
+        raise ValueError(
+            f"accuracy_reward got {len(completions)} completions but {len(answer)} answers"
+        )
+    parsed: dict[str, Fraction] = {}  # TRL repeats each gold num_generations times
+    golds = []
+    for gold in answer:
+        key = repr(gold)
+        if key not in parsed:
+            parsed[key] = parse_gold(gold)
+        golds.append(parsed[key])
+    return [
+        _safely(lambda c=c, g=g: _correct(c, g)) for c, g in zip(completions, golds, strict=True)
+    ]
+
+
+def is_r1_format(text: str) -> bool:
+    """True for exactly ``<think>reasoning</think><answer>answer</answer>`` and nothing else.
+
+    Whitespace is allowed around and between the blocks; both blocks must be non-empty; each tag
+    appears exactly once (tags are lower case). Longer than `MAX_COMPLETION_CHARS` is False.
+    """
+    if not isinstance(text, str) or len(text) > MAX_COMPLETION_CHARS:
+        return False
+    text = text.strip()
+    tags = ("<think>", "</think>", "<answer>", "</answer>")
+    if any(text.count(tag) != 1 for tag in tags):
+        return False
+    if not (text.startswith("<think>") and text.endswith("</answer>")):
+        return False
+    think_end, answer_start = text.find("</think>"), text.find("<answer>")
+    if answer_start < think_end or text[think_end + len("</think>") : answer_start].strip():
+        return False
+    think = text[len("<think>") : think_end]
+    answer = text[answer_start + len("<answer>") : -len("</answer>")]
+    return bool(think.strip()) and bool(answer.strip())
+
+
+def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """Format reward: 1.0 for the strict R1 format (see `is_r1_format`), else 0.0.
+
+    Same calling convention as `accuracy_reward`; extra keyword arguments are ignored.
+    """
+    return [_safely(lambda c=c: float(is_r1_format(completion_text(c)))) for c in completions]
+
+
+def make_combined_reward(
+    accuracy_weight: float = 1.0, format_weight: float = 0.2
+) -> Callable[..., list[float]]:
+    """A reward function ``accuracy_weight * accuracy + format_weight * format``.
+
+    TRL can also weight several reward functions itself (``GRPOConfig(reward_weights=...)``);
+    one combined function is handy outside TRL and keeps the two weights in one place.
+    """
+    for name, weight in (("accuracy_weight", accuracy_weight), ("format_weight", format_weight)):
+        if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {weight!r}")
+
+    def combined_reward(
+        completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any
+    ) -> list[float]:
+        """Weighted sum of `accuracy_reward` and `format_reward`."""
+        accuracy = accuracy_reward(completions, answer)
+        fmt = format_reward(completions)
+        return [accuracy_weight * a + format_weight * f for a, f in zip(accuracy, fmt, strict=True)]
+
+    combined_reward.__doc__ = (
+        f"{accuracy_weight} * accuracy_reward + {format_weight} * format_reward (see rewards.py)."
+    )
+    return combined_reward
+
+
+combined_reward = make_combined_reward()
+"""The default combined reward: 1.0 * accuracy + 0.2 * format."""

@@ -1,0 +1,388 @@
+"""The grading rules of grpo_minimal.rewards: a table of cases, then property tests."""
+
+from __future__ import annotations
+
+import ast
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpo_minimal import rewards
+from grpo_minimal.rewards import (
+    accuracy_reward,
+    combined_reward,
+    completion_text,
+    extract_answer,
+    extract_value,
+    format_reward,
+    is_r1_format,
+    make_combined_reward,
+    parse_gold,
+    parse_number,
+)
+
+R1 = "<think>{}</think><answer>{}</answer>"
+
+# (completion, gold, expected accuracy reward, rule it checks)
+CASES = [
+    # GSM8K golds and markers
+    ("#### 72", "72", 1.0, "gsm8k marker"),
+    ("Some work.\n#### 1,080", "1080", 1.0, "gsm8k marker with thousands"),
+    ("Half of 144 is 72.\n#### 72", "Half of 144 is <<144/2=72>>72.\n#### 72", 1.0, "gsm8k gold"),
+    ("#### -7", "#### -7", 1.0, "gsm8k negative"),
+    ("#### 72\n#### 73", "72", 0.0, "two different gsm8k answers"),
+    ("#### 72\n#### 72", "72", 1.0, "repeated same gsm8k answer"),
+    # \boxed
+    (r"\boxed{72}", "72", 1.0, "boxed"),
+    (r"So the result is $\boxed{72}$.", "72", 1.0, "boxed in math mode"),
+    (r"\boxed{\frac{1}{2}}", "0.5", 1.0, "boxed frac, nested braces"),
+    (r"\boxed{\text{72 apples}}", "72", 1.0, "boxed with text"),
+    (r"\boxed{3} or \boxed{4}", "3", 0.0, "boxed hedge"),
+    (r"\boxed{4} \boxed{4}", "4", 1.0, "two boxed that agree"),
+    (r"\boxed{3, 4}", "3", 0.0, "two numbers in one box"),
+    (r"\boxed{}", "0", 0.0, "empty box"),
+    (r"\boxed{72", "72", 0.0, "unclosed box"),
+    (r"\boxed{\sqrt{2}}", "2", 0.0, "leftover math: sqrt"),
+    (r"\boxed{2^{10}}", "2", 0.0, "leftover math: power"),
+    (r"\boxed{x^2}", "2", 0.0, "leftover math: x squared"),
+    # <answer> blocks and think blocks
+    (R1.format("6*7", "42"), "42", 1.0, "answer block"),
+    (R1.format("6*7", " 42 "), "42", 1.0, "answer block spacing"),
+    (R1.format("6*7", r"\boxed{42}"), "42", 1.0, "boxed inside answer"),
+    (R1.format("6*7", "The answer is 42."), "42", 1.0, "phrase inside answer"),
+    (R1.format("it might be 41", "42"), "42", 1.0, "think block is ignored"),
+    (R1.format("6*7", "41 or 42"), "42", 0.0, "hedge inside answer"),
+    ("<answer>41</answer><answer>42</answer>", "42", 0.0, "two answer blocks disagree"),
+    ("<answer>42</answer><answer>42</answer>", "42", 1.0, "repeated answer blocks agree"),
+    ("<answer>42</answer> \\boxed{41}", "42", 0.0, "answer block vs boxed"),
+    ("<answer>42", "42", 0.0, "unclosed answer"),
+    ("<think>6*7 = 42", "42", 0.0, "unclosed think hides the rest"),
+    ("<think>6*7 = 42</think>", "42", 0.0, "answer only inside think"),
+    ("6*7 = 42</think><answer>42</answer>", "42", 1.0, "think opened by the prompt"),
+    ("<answer></answer>", "0", 0.0, "empty answer block"),
+    # "the answer is" phrases
+    ("The answer is 72.", "72", 1.0, "phrase"),
+    ("Answer: 72", "72", 1.0, "answer colon"),
+    ("**Answer:** 72", "72", 1.0, "markdown answer"),
+    ("The final answer is **72**.", "72", 1.0, "markdown bold number"),
+    ("The answer is 3 or 4.", "4", 0.0, "phrase hedge"),
+    ("The answer is 3. No, the answer is 4.", "4", 0.0, "two phrases disagree"),
+    ("The answer is 3.5. Then we stop.", "3.5", 1.0, "decimal then sentence end"),
+    ("The answer is below.\n\\boxed{8}", "8", 1.0, "phrase without a number"),
+    ("The answer is 7.\n\\boxed{8}", "8", 0.0, "phrase disagrees with boxed"),
+    ("The answer is the sum: 3 + 4 = 7.\n\\boxed{7}", "7", 1.0, "prose phrase, boxed decides"),
+    ("The answer is 6*7", "42", 0.0, "phrase with an expression"),
+    # fallback: the last line, after its last '='
+    ("68", "68", 1.0, "bare number"),
+    ("23+45=68", "68", 1.0, "char-level model output"),
+    ("First 15 + 27.\nSo 15 + 27 = 42.", "42", 1.0, "last line after ="),
+    ("It costs 5 dollars", "5", 1.0, "one number on last line"),
+    ("I think 3 or 4", "4", 0.0, "fallback hedge"),
+    ("2+2", "2", 0.0, "expression is not an answer"),
+    ("42!", "42", 0.0, "factorial is not 42"),
+    ("", "0", 0.0, "empty completion"),
+    ("no numbers here", "0", 0.0, "no number"),
+    # normalization: separators, $, %, decimals, signs, fractions, spacing
+    ("1,080", "1080", 1.0, "thousands"),
+    ("1,234,567", "1234567", 1.0, "several thousands groups"),
+    ("1,08", "108", 0.0, "bad thousands group"),
+    ("$18", "18", 1.0, "dollar"),
+    (r"\$18.00", "18", 1.0, "latex dollar and cents"),
+    ("-$5", "-5", 1.0, "minus dollar"),
+    ("$-5", "-5", 1.0, "dollar minus"),
+    ("50%", "50", 1.0, "percent kept as 50"),
+    (r"50\%", "50", 1.0, "latex percent"),
+    ("50%", "0.5", 0.0, "percent is not a fraction"),
+    ("72.0", "72", 1.0, "trailing zero"),
+    ("72.", "72", 1.0, "trailing period"),
+    ("-3", "-3", 1.0, "negative"),
+    ("\u22123", "-3", 1.0, "unicode minus"),
+    ("+3", "3", 1.0, "plus sign"),
+    ("3", "-3", 0.0, "sign matters"),
+    ("0.5", "1/2", 1.0, "seed: 0.5 == 1/2"),
+    (r"\frac{1}{2}", "0.5", 1.0, "seed: frac == 0.5"),
+    ("1/2", r"\frac{1}{2}", 1.0, "seed: 1/2 == frac"),
+    (r"\dfrac{3}{4}", "0.75", 1.0, "dfrac"),
+    (r"\tfrac{3}{4}", "3/4", 1.0, "tfrac"),
+    (r"\frac12", "0.5", 1.0, "frac shorthand"),
+    (r"\frac{ 6 }{ 8 }", "3/4", 1.0, "frac with spaces, unreduced"),
+    (r"-\frac{1}{2}", "-0.5", 1.0, "negative frac"),
+    ("1 / 2", "0.5", 1.0, "spaced fraction"),
+    (".5", "1/2", 1.0, "leading decimal point"),
+    ("0.33", "1/3", 0.0, "no float tolerance"),
+    ("1/0", "0", 0.0, "division by zero"),
+    ("x = 42", "42", 1.0, "variable equals"),
+    ("  42  ", "42", 1.0, "surrounding whitespace"),
+    ("42 apples", "42", 1.0, "unit word"),
+    ("42km", "42", 0.0, "number glued to letters"),
+    ("1e5", "100000", 0.0, "scientific notation unsupported"),
+    ("\u0664\u0662", "42", 0.0, "arabic-indic digits are not numbers"),
+    ("\uff14\uff12", "42", 0.0, "full-width digits are not numbers"),
+    ("9" * 41, "9", 0.0, "too many digits"),
+]
+
+
+def test_table_is_large():
+    assert len(CASES) >= 60
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [case[:3] for case in CASES],
+    ids=[case[3] for case in CASES],
+)
+def test_accuracy_table(completion, gold, expected):
+    assert accuracy_reward([completion], [gold]) == [expected]
+
+
+def test_too_many_digits_gold_is_a_data_error():
+    with pytest.raises(ValueError, match="not one number"):
+        parse_gold("9" * 41)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1,080", Fraction(1080)),
+        (r"\frac{1}{2}", Fraction(1, 2)),
+        ("0.5", Fraction(1, 2)),
+        ("50%", Fraction(50)),
+        ("-$1,234.50", Fraction(-246900, 200)),
+        ("3 or 4", None),
+        ("", None),
+        ("x^2", None),
+    ],
+)
+def test_parse_number(text, expected):
+    assert parse_number(text) == expected
+
+
+def test_extract_answer_returns_the_text_as_written():
+    assert extract_answer(r"so \boxed{1,080}") == "1,080"
+    assert extract_answer(R1.format("a", r"\frac{1}{2}")) == r"\frac{1}{2}"
+    assert extract_answer("3 or 4") is None
+    assert extract_value("The answer is $-5.") == -5
+
+
+@pytest.mark.parametrize(
+    ("gold", "value"),
+    [
+        ("72", 72),
+        ("#### 1,080", 1080),
+        ("a\n#### -3\n", -3),
+        (7, 7),
+        (Fraction(1, 2), 0.5),
+        (2.5, 2.5),
+        (r"\frac{1}{4}", 0.25),
+    ],
+)
+def test_parse_gold(gold, value):
+    assert parse_gold(gold) == Fraction(value)
+
+
+@pytest.mark.parametrize("gold", ["", "three", "3 or 4", None, True, [1], float("nan"), "####"])
+def test_bad_gold_is_a_clear_error(gold):
+    with pytest.raises(ValueError, match="answer"):
+        accuracy_reward(["1"], [gold])
+
+
+def test_lengths_must_match():
+    with pytest.raises(ValueError, match="2 completions but 1 answers"):
+        accuracy_reward(["1", "2"], ["1"])
+
+
+# --- completions in TRL's formats ---------------------------------------------------------------
+
+
+def test_conversational_completions():
+    chat = [{"role": "assistant", "content": R1.format("6*7", "42")}]
+    parts = [{"role": "assistant", "content": [{"type": "text", "text": "#### 42"}]}]
+    assert accuracy_reward([chat, parts, "42"], ["42", "42", "42"]) == [1.0, 1.0, 1.0]
+    assert format_reward([chat, parts]) == [1.0, 0.0]
+    assert completion_text(chat) == R1.format("6*7", "42")
+
+
+@pytest.mark.parametrize("bad", [None, 42, b"42", [], [{}], [{"content": None}], {"x": 1}])
+def test_unusable_completions_score_zero(bad):
+    assert accuracy_reward([bad], ["42"]) == [0.0]
+    assert format_reward([bad]) == [0.0]
+
+
+def test_trl_keyword_arguments_are_accepted():
+    kwargs = {"prompts": ["p"], "completion_ids": [[1]], "trainer_state": None, "other": [1]}
+    assert accuracy_reward(completions=["42"], answer=["42"], **kwargs) == [1.0]
+    assert format_reward(completions=["42"], **kwargs) == [0.0]
+
+
+# --- format reward --------------------------------------------------------------------------------
+
+FORMAT_CASES = [
+    ("<think>6*7</think><answer>42</answer>", 1.0),
+    ("\n<think>\n6*7\n</think>\n<answer>\n42\n</answer>\n", 1.0),
+    ("<think>6*7</think><answer>forty-two</answer>", 1.0),  # format only, not correctness
+    ("<think></think><answer>42</answer>", 0.0),  # empty think
+    ("<think>   </think><answer>42</answer>", 0.0),  # blank think
+    ("<think>6*7</think><answer></answer>", 0.0),  # empty answer
+    ("<think>6*7</think><answer>42</answer><answer>42</answer>", 0.0),  # repeated answer
+    ("<think>a</think><think>b</think><answer>42</answer>", 0.0),  # two think blocks
+    ("<think>6*7</think>so<answer>42</answer>", 0.0),  # text between blocks
+    ("<think>6*7</think><answer>42</answer> bye", 0.0),  # text after
+    ("hi <think>6*7</think><answer>42</answer>", 0.0),  # text before
+    ("<answer>42</answer><think>6*7</think>", 0.0),  # wrong order
+    ("<think>6*7<answer>42</answer></think>", 0.0),  # nested
+    ("<THINK>6*7</THINK><ANSWER>42</ANSWER>", 0.0),  # tags are lower case
+    ("42", 0.0),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FORMAT_CASES)
+def test_format_reward(text, expected):
+    assert format_reward([text]) == [expected]
+    assert is_r1_format(text) is bool(expected)
+
+
+def test_combined_reward_weights():
+    good, wrong, bare = R1.format("6*7", "42"), R1.format("6*7", "41"), "42"
+    assert combined_reward([good, wrong, bare], ["42"] * 3) == [1.2, 0.2, 1.0]
+    custom = make_combined_reward(accuracy_weight=2.0, format_weight=0.5)
+    assert custom([good, wrong, bare], ["42"] * 3) == [2.5, 0.5, 2.0]
+    assert custom.__name__ == "combined_reward"
+    with pytest.raises(ValueError, match="format_weight"):
+        make_combined_reward(format_weight=float("nan"))
+
+
+def test_rewards_source_never_runs_model_text():
+    """No eval/exec/compile/__import__ and no sympy anywhere in the rewards module."""
+    tree = ast.parse(Path(rewards.__file__).read_text(encoding="utf-8"))
+    banned_names = {"eval", "exec", "compile", "__import__", "getattr", "globals", "locals"}
+    banned_attrs = {"eval", "exec", "sympify", "parse_expr", "literal_eval", "Number", "system"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            assert node.id not in banned_names, node.id
+        if isinstance(node, ast.Attribute):
+            assert node.attr not in banned_attrs, node.attr
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            assert not any("sympy" in n or "math_verify" in n for n in names)
+        assert not isinstance(node, ast.BinOp) or not isinstance(node.op, ast.Pow)
+
+
+# --- property tests -------------------------------------------------------------------------------
+
+INT_FORMATS = [
+    lambda n: str(n),
+    lambda n: f"{n:,}",
+    lambda n: f"{n}.0",
+    lambda n: f"${n}" if n >= 0 else f"-${-n}",
+    lambda n: f"\\${n:,}",
+    lambda n: f"{n}%",
+    lambda n: f"\\boxed{{{n}}}",
+    lambda n: f"\\boxed{{{n:,}}}",
+    lambda n: R1.format("let me think", n),
+    lambda n: R1.format("step 1, step 2", f"\\boxed{{{n}}}"),
+    lambda n: f"The answer is {n}.",
+    lambda n: f"**Answer:** {n}",
+    lambda n: f"Work: 1 + 1 = 2\n#### {n:,}",
+    lambda n: f"x = {n}",
+    lambda n: f"\\frac{{{n}}}{{1}}",
+    lambda n: f"{2 * n}/2",
+    lambda n: f"  {n}  ",
+]
+
+integers = st.integers(min_value=-pow(10, 15), max_value=pow(10, 15))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=integers, fmt=st.sampled_from(INT_FORMATS), gold_fmt=st.sampled_from(INT_FORMATS[:8]))
+def test_every_integer_format_is_correct(n, fmt, gold_fmt):
+    gold = gold_fmt(n)
+    assert accuracy_reward([fmt(n)], [gold]) == [1.0]
+    assert accuracy_reward([fmt(n + 1)], [gold]) == [0.0]
+
+
+FRACTION_FORMATS = [  # (sign, numerator, denominator) -> text
+    lambda s, p, q: f"{s}{p}/{q}",
+    lambda s, p, q: f"{s}{p} / {q}",
+    lambda s, p, q: f"{s}\\frac{{{p}}}{{{q}}}",
+    lambda s, p, q: f"\\frac{{{s}{p}}}{{{q}}}",
+    lambda s, p, q: f"{s}\\dfrac{{{p}}}{{{q}}}",
+    lambda s, p, q: f"\\boxed{{{s}\\frac{{{p}}}{{{q}}}}}",
+    lambda s, p, q: R1.format("...", f"{s}{p}/{q}"),
+    lambda s, p, q: f"The answer is {s}{p}/{q}.",
+]
+
+
+def write_fraction(fmt, value: Fraction, scale: int = 1) -> str:
+    """``value`` written with ``fmt``, numerator and denominator both multiplied by ``scale``."""
+    sign = "-" if value < 0 else ""
+    return fmt(sign, abs(value.numerator) * scale, value.denominator * scale)
+
+
+def decimal_text(value: Fraction) -> str:
+    """The exact decimal of a fraction whose denominator is 2^a 5^b."""
+    places = 0
+    while (value * pow(10, places)).denominator != 1:
+        places += 1
+    digits = str(abs(value) * pow(10, places)).rjust(places + 1, "0")
+    sign = "-" if value < 0 else ""
+    return sign + (digits[:-places] + "." + digits[-places:] if places else digits)
+
+
+fractions_ = st.builds(Fraction, st.integers(-1_000_000, 1_000_000), st.integers(1, 10_000))
+decimal_fractions = st.builds(
+    lambda n, a, b: Fraction(n, pow(2, a) * pow(5, b)),
+    st.integers(-1_000_000, 1_000_000),
+    st.integers(0, 6),
+    st.integers(0, 6),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    value=fractions_,
+    scale=st.integers(1, 9),
+    fmt=st.sampled_from(FRACTION_FORMATS),
+    gold_fmt=st.sampled_from(FRACTION_FORMATS[:5]),
+)
+def test_every_fraction_format_is_correct(value, scale, fmt, gold_fmt):
+    gold = write_fraction(gold_fmt, value)
+    assert accuracy_reward([write_fraction(fmt, value, scale)], [gold]) == [1.0]
+    assert accuracy_reward([write_fraction(fmt, value + 1, scale)], [gold]) == [0.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=decimal_fractions, fmt=st.sampled_from(FRACTION_FORMATS))
+def test_decimal_equals_fraction(value, fmt):
+    """Seed requirement, generalised: 0.5 == 1/2 == \\frac{1}{2} for every terminating decimal."""
+    assert accuracy_reward([write_fraction(fmt, value)], [decimal_text(value)]) == [1.0]
+    assert accuracy_reward([decimal_text(value)], [write_fraction(fmt, value)]) == [1.0]
+    assert accuracy_reward([decimal_text(value)], [write_fraction(fmt, value + 1)]) == [0.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=integers, b=integers, fmt=st.sampled_from(INT_FORMATS[6:12]))
+def test_two_different_answers_are_a_hedge(a, b, fmt):
+    if a == b:
+        b = a + 1
+    assert accuracy_reward([fmt(a) + "\n" + fmt(b)], [str(a)]) == [0.0]
+    assert accuracy_reward([fmt(a) + "\n" + fmt(b)], [str(b)]) == [0.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=300))
+def test_any_text_scores_without_raising(text):
+    assert accuracy_reward([text], ["42"])[0] in (0.0, 1.0)
+    assert format_reward([text])[0] in (0.0, 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    think=st.text(max_size=40).filter(lambda s: s.strip() and "<" not in s),
+    ans=st.text(max_size=40).filter(lambda s: s.strip() and "<" not in s),
+)
+def test_r1_format_accepts_any_clean_contents(think, ans):
+    assert format_reward([R1.format(think, ans)]) == [1.0]
+    assert format_reward([R1.format(think, ans) + R1.format(think, ans)]) == [0.0]
