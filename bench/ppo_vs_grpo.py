@@ -1,0 +1,165 @@
+"""PPO vs GRPO on CartPole-v1: the same seeds, one process, ratios GRPO / PPO.
+
+    .venv/bin/python bench/ppo_vs_grpo.py              # seeds 1-5, standard configs
+    .venv/bin/python bench/ppo_vs_grpo.py --variants   # plus GRPO mean-only and RLOO
+    .venv/bin/python bench/ppo_vs_grpo.py --quick      # 2 seeds, 20k-step budgets (smoke test)
+
+GRPO runs ``CartPoleConfig()`` (the course default) and PPO ``PPOConfig()`` (CleanRL's standard
+CartPole setting: up to 500k steps, 4 envs x 128 steps, ...); both stop at the first greedy
+evaluation that reaches 475 over 100 episodes, screened by the same 10-episode check, so "steps
+to solve" means the same for both. Environment steps count training steps only (evaluation
+episodes are not counted for either). The final greedy return is a fresh 100-episode greedy
+evaluation of the policy training returned, on held-out start states (reset seeds 20000-20099;
+the stopping check used 10000-10099, so it cannot flatter the result).
+
+Time to solve is given twice. "wall s" is the trainer's own clock at the solving update, so it
+includes the greedy evaluations, which both methods run by the same rule but PPO, updating every
+512 steps, runs more often. "train s" / "train cpu s" replay the same seed with evaluation
+switched off up to the same step count (evaluation draws nothing from training's random
+streams, so the replay follows the same trajectory): the cost of learning alone, in wall and in
+CPU seconds (``time.process_time``, less disturbed by other processes on the cores). Wall time
+is measured on whatever else the machine is doing: compare ratios from one run, never absolute
+seconds across machines. By default torch runs on one thread: the networks are
+tiny, and on a shared 2-core machine a second thread mostly waits (it made GRPO 10-40x slower
+here). ``--threads 0`` keeps torch's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from grpo_minimal.config import CartPoleConfig, PPOConfig  # noqa: E402
+from grpo_minimal.control import evaluate_policy, train_cartpole  # noqa: E402
+from grpo_minimal.ppo import train_ppo  # noqa: E402
+
+METHODS = {
+    "grpo": (train_cartpole, CartPoleConfig()),
+    "ppo": (train_ppo, PPOConfig()),
+}
+VARIANTS = {
+    "grpo mean-only": (train_cartpole, CartPoleConfig(scale_rewards="none")),
+    "rloo": (train_cartpole, CartPoleConfig(scale_rewards="none", baseline="rloo")),
+}
+
+
+class _Reached(Exception):
+    pass
+
+
+def training_time(train, cfg, steps: int) -> tuple[float, float]:
+    """Wall and CPU seconds to train ``steps`` environment steps with evaluation switched off."""
+
+    def stop_at(record: dict) -> None:
+        if record["env_steps"] >= steps:
+            raise _Reached
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+        train(replace(cfg, solve_threshold=float("inf")), progress=False, on_update=stop_at)
+    except _Reached:
+        pass
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def run(train, cfg, seed: int) -> dict:
+    """Train one seed: steps and seconds to solve (None if unsolved), final greedy return."""
+    cfg = replace(cfg, seed=seed)
+    policy, history = train(cfg, progress=False)
+    last = next((r for r in history if r.get("solved")), history[-1])
+    greedy = evaluate_policy(policy, cfg.env_id, 100, seed=20_000)
+    train_s, train_cpu_s = training_time(train, cfg, last["env_steps"])
+    return {
+        "seed": seed,
+        "solved": bool(last.get("solved")),
+        "steps": last["env_steps"],
+        "wall_s": last["wall_s"],
+        "train_s": train_s,
+        "train_cpu_s": train_cpu_s,
+        "eval_steps": last["eval_env_steps"],
+        "updates": last["update"],
+        "greedy": float(greedy.mean()),
+        "greedy_std": float(greedy.std()),
+    }
+
+
+def median(rows: list[dict], key: str, fmt: str = ".2f") -> str:
+    """Median over seeds; an unsolved seed counts with its whole budget, marked '>='."""
+    value = statistics.median(r[key] for r in rows)
+    return ("" if all(r["solved"] for r in rows) else ">=") + format(value, fmt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--quick", action="store_true", help="2 seeds, 20k-step budgets")
+    parser.add_argument("--variants", action="store_true", help="add GRPO mean-only and RLOO")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads; 0 keeps default")
+    args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    methods = dict(METHODS, **(VARIANTS if args.variants else {}))
+    seeds = args.seeds[:2] if args.quick else args.seeds
+    if args.quick:
+        methods = {k: (t, replace(c, total_env_steps=20_000)) for k, (t, c) in methods.items()}
+
+    print(f"CartPole-v1, seeds {seeds}, torch threads {torch.get_num_threads()}")
+    for name, (_, cfg) in methods.items():
+        print(f"  {name}: {type(cfg).__name__} budget {cfg.total_env_steps} steps")
+    results: dict[str, list[dict]] = {name: [] for name in methods}
+    jobs = [(name, seed) for seed in seeds for name in methods]  # interleaved: fairer timing
+    for name, seed in tqdm(jobs, desc="runs", leave=False):
+        train, cfg = methods[name]
+        results[name].append(run(train, cfg, seed))
+
+    print()
+    print("to solve: steps = training env steps; wall s = trainer clock, evaluation included;")
+    print("train s / train cpu s = the same run replayed without evaluation; eval steps = env")
+    print("steps spent on greedy evaluation (not counted in steps). '>' marks an unsolved run.")
+    print(f"{'method':<15}{'seed':>5}{'steps':>9}{'wall s':>8}{'train s':>9}{'train cpu s':>12}"
+          f"{'eval steps':>11}{'updates':>8}{'greedy, held-out':>19}")  # fmt: skip
+    for name, rows in results.items():
+        for r in rows:
+            mark = "" if r["solved"] else ">"
+            print(f"{name:<15}{r['seed']:>5}{mark + str(r['steps']):>9}"
+                  f"{mark + format(r['wall_s'], '.2f'):>8}{mark + format(r['train_s'], '.2f'):>9}"
+                  f"{mark + format(r['train_cpu_s'], '.2f'):>12}{r['eval_steps']:>11}"
+                  f"{r['updates']:>8}{r['greedy']:>12.1f} +/- {r['greedy_std']:<5.1f}")  # fmt: skip
+
+    print()
+    print(f"{'method':<15}{'solved':>8}{'steps':>11}{'wall s':>9}{'train s':>9}"
+          f"{'train cpu s':>12}{'greedy':>8}   (medians; greedy: mean)")  # fmt: skip
+    for name, rows in results.items():
+        greedy = statistics.mean(r["greedy"] for r in rows)
+        print(f"{name:<15}{sum(r['solved'] for r in rows):>6}/{len(rows)}"
+              f"{median(rows, 'steps', '.0f'):>11}{median(rows, 'wall_s'):>9}"
+              f"{median(rows, 'train_s'):>9}{median(rows, 'train_cpu_s'):>12}{greedy:>8.1f}")  # fmt: skip
+
+    print()
+    ppo = results["ppo"]
+    for name, rows in results.items():
+        if name != "ppo":
+            ratios = {
+                key: statistics.median(r[key] for r in rows)
+                / statistics.median(r[key] for r in ppo)
+                for key in ("steps", "wall_s", "train_s", "train_cpu_s")
+            }
+            print(f"ratio {name}/ppo (medians over seeds): env steps to solve "
+                  f"{ratios['steps']:.2f}x, wall time to solve {ratios['wall_s']:.2f}x "
+                  f"(training only: wall {ratios['train_s']:.2f}x, cpu {ratios['train_cpu_s']:.2f}x)")  # fmt: skip
+    if not all(r["solved"] for rows in results.values() for r in rows):
+        print("(an unsolved run counts with its whole budget in the medians and ratios)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

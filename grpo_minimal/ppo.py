@@ -1,0 +1,422 @@
+"""PPO with a learned critic and GAE(lambda): the baseline GRPO is measured against.
+
+GRPO (``control.py``) compares G episodes from the same start state; PPO instead learns a value
+function V(s) and compares each step with it. Symbols follow the notebooks; the numbering goes on
+from ``advantages.py`` (1)-(4) and ``losses.py`` (5)-(9). For step t of one environment, with
+reward r_t, next state s_{t+1}, term_t = 1 if the episode failed there (terminated) and
+done_t = 1 if it ended there for any reason (terminated or truncated by the time limit):
+
+    (10) TD error       delta_t = r_t + gamma * (1 - term_t) * V(s_{t+1}) - V(s_t)
+    (11) GAE            A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
+    (12) value target   R_t = A_t + V(s_t)
+    (13) value loss     L_V = 1/2 * max((V(s_t) - R_t)^2, (V_old + clip(V(s_t) - V_old, -eps, eps) - R_t)^2)
+    (14) PPO loss       l = -L_clip(rho, A_norm) + c_V * L_V - c_H * H(pi)
+
+L_clip is the clipped surrogate (6) of ``losses.py``, the very function GRPO uses, and H the same
+``categorical_entropy``; A_norm is A normalised within the minibatch (the "batch" normalisation of
+the classic comparison table, where GRPO normalises within a group).
+
+Termination and truncation differ in (10): a failed episode has no future reward, so nothing is
+bootstrapped; an episode cut by the time limit would have gone on, so its last step bootstraps
+from V(s_final), the observation it was cut at. Both stop the recursion (11), since the next
+transition in the same environment belongs to a new episode.
+
+One update, top to bottom (``train_ppo``):
+
+1. step ``num_envs`` environments (``gymnasium.vector.SyncVectorEnv``) ``num_steps`` times with
+   the current actor, remembering s_t, a_t, log pi_old(a_t | s_t), r_t, term_t, done_t, s_{t+1};
+2. evaluate the critic on s_t and s_{t+1}, then GAE (11) and targets (12) (``gae``);
+3. take ``num_iterations`` epochs of ``num_minibatches`` clipped gradient steps on loss (14)
+   (``ppo_update``), the learning rate decaying linearly to 0;
+4. when the sampled returns look good, evaluate the greedy actor exactly as GRPO's trainer does
+   (``control.evaluate_policy``: 10 episodes, then 100); stop once solved.
+
+The actor is a ``control.CategoricalPolicy``, so evaluation, saving and the CLI treat a PPO policy
+and a GRPO policy alike; the critic is the only extra network.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .config import CartPoleConfig, PPOConfig
+from .control import (
+    CategoricalPolicy,
+    load_policy,
+    make_env,
+    screened_evaluation,
+    seed_everything,
+)
+from .losses import categorical_entropy, clipped_surrogate, kl_k3, policy_ratio
+
+
+def _mlp(in_dim: int, hidden_size: int, out_dim: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden_size),
+        nn.Tanh(),
+        nn.Linear(hidden_size, hidden_size),
+        nn.Tanh(),
+        nn.Linear(hidden_size, out_dim),
+    )
+
+
+def _orthogonal_init(net: nn.Sequential, last_gain: float) -> None:
+    """CleanRL's initialisation: orthogonal weights (gain sqrt 2, last layer ``last_gain``), 0 bias."""
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    for layer in linears:
+        gain = last_gain if layer is linears[-1] else math.sqrt(2.0)
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
+
+
+class ActorCritic(nn.Module):
+    """An actor pi(a | s) (a ``CategoricalPolicy``) and a separate critic V(s) of the same width."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden_size: int = 64) -> None:
+        super().__init__()
+        self.actor = CategoricalPolicy(obs_dim, num_actions, hidden_size)
+        self.critic = _mlp(obs_dim, hidden_size, 1)
+        _orthogonal_init(self.actor.net, 0.01)  # near-uniform policy at the start
+        _orthogonal_init(self.critic, 1.0)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(s), shape [...] for observations [..., obs_dim]."""
+        return self.critic(obs).squeeze(-1)
+
+
+def make_vector_env(env_id: str, num_envs: int) -> gym.vector.SyncVectorEnv:
+    """``num_envs`` copies of ``control.make_env(env_id)`` stepped together.
+
+    Autoreset happens in the same step (``AutoresetMode.SAME_STEP``): when an episode ends, the
+    returned observation already belongs to the next episode and the last one is in
+    ``info["final_obs"]``; so every step is a real transition.
+    """
+    return gym.vector.SyncVectorEnv(
+        [functools.partial(make_env, env_id)] * num_envs,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+
+
+@dataclass
+class Rollout:
+    """``num_steps`` transitions from each of ``num_envs`` environments, all tensors [T, N, ...]."""
+
+    obs: torch.Tensor  # [T, N, obs_dim] s_t
+    actions: torch.Tensor  # [T, N]
+    logps: torch.Tensor  # [T, N] log pi_old(a_t | s_t)
+    rewards: torch.Tensor  # [T, N]
+    terminated: torch.Tensor  # [T, N] 1.0 where the episode failed at t
+    dones: torch.Tensor  # [T, N] 1.0 where the episode ended at t (terminated or truncated)
+    next_obs: torch.Tensor  # [T, N, obs_dim] s_{t+1}; the final observation where done
+
+
+@torch.no_grad()
+def collect_rollout(
+    actor: CategoricalPolicy,
+    envs: gym.vector.VectorEnv,
+    obs: np.ndarray,
+    num_steps: int,
+    running_returns: np.ndarray,
+    finished: list[float],
+    generator: torch.Generator | None = None,
+) -> tuple[Rollout, np.ndarray]:
+    """Step the vector env ``num_steps`` times from ``obs``; returns the rollout and the last obs.
+
+    ``running_returns`` (one per env) accumulates rewards in place; when an episode ends its
+    undiscounted return is appended to ``finished``.
+    """
+    steps = {k: [] for k in ("obs", "actions", "logps", "rewards", "terminated", "dones", "next")}
+    for _ in range(num_steps):
+        x = torch.as_tensor(obs, dtype=torch.float32)
+        log_probs = torch.log_softmax(actor(x), dim=-1)
+        actions = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+        next_obs, rewards, terminated, truncated, info = envs.step(actions.numpy())
+        done = terminated | truncated
+        true_next = np.array(next_obs, dtype=np.float32, copy=True)
+        for i in np.flatnonzero(done):
+            true_next[i] = info["final_obs"][i]  # s_{t+1} of the episode that just ended
+        running_returns += rewards
+        finished.extend(running_returns[done].tolist())
+        running_returns[done] = 0.0
+        steps["obs"].append(x)
+        steps["actions"].append(actions)
+        steps["logps"].append(log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1))
+        steps["rewards"].append(torch.as_tensor(rewards, dtype=torch.float32))
+        steps["terminated"].append(torch.as_tensor(terminated, dtype=torch.float32))
+        steps["dones"].append(torch.as_tensor(done, dtype=torch.float32))
+        steps["next"].append(torch.as_tensor(true_next))
+        obs = next_obs
+    stacked = {k: torch.stack(v) for k, v in steps.items()}
+    rollout = Rollout(
+        obs=stacked["obs"],
+        actions=stacked["actions"],
+        logps=stacked["logps"],
+        rewards=stacked["rewards"],
+        terminated=stacked["terminated"],
+        dones=stacked["dones"],
+        next_obs=stacked["next"],
+    )
+    return rollout, obs
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation, equations (10)-(12). Returns ``(advantages, targets)``.
+
+    All inputs are [T] or [T, N] (time first). ``values[t] = V(s_t)`` and
+    ``next_values[t] = V(s_{t+1})``, where s_{t+1} is the observation the step returned, or the
+    final observation when the episode ended at t. ``terminated[t]`` (failure) drops the
+    bootstrap V(s_{t+1}); a step that was only truncated keeps it. ``dones[t]`` (either) stops
+    the recursion. The last step of the rollout bootstraps from V(s_T) alone (A_T = 0).
+    """
+    advantages = torch.zeros_like(rewards, dtype=torch.float32)
+    running = torch.zeros_like(rewards[0], dtype=torch.float32)
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * (1.0 - terminated[t]) * next_values[t] - values[t]  # (10)
+        running = delta + gamma * gae_lambda * (1.0 - dones[t]) * running  # (11)
+        advantages[t] = running
+    return advantages, advantages + values  # (12)
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    targets: torch.Tensor,
+    clip: float | None = None,
+) -> torch.Tensor:
+    """Equation (13): half the squared error to the targets, pessimistically clipped.
+
+    With ``clip`` the new value may move at most ``clip`` away from the value the rollout saw
+    (``old_values``) before it stops lowering the loss, as the ratio is clipped in (6).
+    """
+    unclipped = (values - targets) ** 2
+    if clip is None:
+        return 0.5 * unclipped.mean()
+    moved = old_values + torch.clamp(values - old_values, -clip, clip)
+    return 0.5 * torch.max(unclipped, (moved - targets) ** 2).mean()
+
+
+def ppo_update(
+    agent: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    targets: torch.Tensor,
+    old_values: torch.Tensor,
+    cfg: PPOConfig,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """``num_iterations`` epochs of ``num_minibatches`` gradient steps on loss (14).
+
+    Inputs are flat: one row per transition. Returns the metrics averaged over the steps.
+    """
+    size = obs.shape[0]
+    minibatch = size // cfg.num_minibatches
+    sums: dict[str, float] = {}
+    for _ in range(cfg.num_iterations):
+        order = torch.randperm(size, generator=generator)
+        for start in range(0, size, minibatch):
+            idx = order[start : start + minibatch]
+            logps, logits = agent.actor.log_prob(obs[idx], actions[idx])
+            ratio = policy_ratio(logps, old_logps[idx])  # (5)
+            adv = advantages[idx]
+            if cfg.normalize_advantages:
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            policy_loss = -clipped_surrogate(ratio, adv, cfg.epsilon).mean()  # (6)
+            v_loss = value_loss(
+                agent.value(obs[idx]),
+                old_values[idx],
+                targets[idx],
+                cfg.epsilon if cfg.clip_value_loss else None,
+            )  # (13)
+            entropy = categorical_entropy(logits).mean()
+            loss = policy_loss + cfg.value_coef * v_loss - cfg.entropy_coef * entropy  # (14)
+            optimizer.zero_grad()
+            loss.backward()
+            if cfg.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            with torch.no_grad():
+                clipped = ((ratio < 1 - cfg.epsilon) & (adv < 0)) | (
+                    (ratio > 1 + cfg.epsilon) & (adv > 0)
+                )
+                step = {
+                    "loss": policy_loss.item(),
+                    "value_loss": v_loss.item(),
+                    "entropy": entropy.item(),
+                    # KL(pi_old || pi) by the k3 estimator (7), on the rollout's actions
+                    "approx_kl": kl_k3(old_logps[idx], logps).mean().item(),
+                    "clip_fraction": clipped.float().mean().item(),
+                }
+            for k, v in step.items():
+                sums[k] = sums.get(k, 0.0) + v
+    steps = cfg.num_iterations * cfg.num_minibatches
+    return {k: v / steps for k, v in sums.items()}
+
+
+def train_ppo(
+    cfg: PPOConfig,
+    progress: bool = True,
+    on_update: Callable[[dict], None] | None = None,
+) -> tuple[CategoricalPolicy, list[dict]]:
+    """Train an actor-critic with PPO. Returns the actor and one metrics dict per update.
+
+    The records have the keys of ``control.train_cartpole``'s (``env_steps``, ``wall_s``,
+    ``return_mean``/``min``/``max``, ``eval_return``, ``solved``, ...), so plots and benchmarks
+    treat both alike, plus ``value_loss``, ``approx_kl``, ``explained_variance``,
+    ``learning_rate`` and ``episodes``. ``return_*`` describe the training episodes that ended
+    during the update's rollout; if none ended (long episodes), the previous update's are kept.
+    """
+    seed_everything(cfg.seed)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    envs = make_vector_env(cfg.env_id, cfg.num_envs)
+    agent = ActorCritic(
+        envs.single_observation_space.shape[0], int(envs.single_action_space.n), cfg.hidden_size
+    )
+    optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)  # CleanRL
+    batch_size = cfg.num_envs * cfg.num_steps
+    num_updates = math.ceil(cfg.total_env_steps / batch_size)
+
+    history: list[dict] = []
+    obs, _ = envs.reset(seed=cfg.seed)
+    running_returns = np.zeros(cfg.num_envs)
+    returns = [0.0]  # until the first episode ends
+    env_steps, eval_steps, start = 0, 0, time.perf_counter()
+    bar = tqdm(total=cfg.total_env_steps, desc="PPO " + cfg.env_id, disable=not progress)
+    for update in range(1, num_updates + 1):
+        lr = cfg.learning_rate * (1.0 - (update - 1) / num_updates if cfg.anneal_lr else 1.0)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        # 1. one rollout: num_steps steps in each of num_envs environments
+        finished: list[float] = []
+        rollout, obs = collect_rollout(
+            agent.actor, envs, obs, cfg.num_steps, running_returns, finished, generator
+        )
+        env_steps += batch_size
+        returns = finished or returns
+        # 2. critic values, GAE (10)-(12)
+        with torch.no_grad():
+            values = agent.value(rollout.obs)
+            advantages, targets = gae(
+                rollout.rewards,
+                values,
+                agent.value(rollout.next_obs),
+                rollout.terminated,
+                rollout.dones,
+                cfg.gamma,
+                cfg.gae_lambda,
+            )
+        # 3. clipped epochs over minibatches, loss (14)
+        metrics = ppo_update(
+            agent,
+            optimizer,
+            rollout.obs.flatten(0, 1),
+            rollout.actions.flatten(),
+            rollout.logps.flatten(),
+            advantages.flatten(),
+            targets.flatten(),
+            values.flatten(),
+            cfg,
+            generator,
+        )
+        explained = 1.0 - (targets - values).var() / targets.var().clamp(min=1e-8)
+
+        record = {
+            "update": update,
+            "env_steps": env_steps,
+            "wall_s": round(time.perf_counter() - start, 3),
+            "return_mean": float(np.mean(returns)),
+            "return_min": float(np.min(returns)),
+            "return_max": float(np.max(returns)),
+            "episodes": len(finished),
+            "entropy": metrics["entropy"],
+            "loss": metrics["loss"],
+            "kl": 0.0,  # no reference policy (GRPO's beta * KL term); see approx_kl
+            "clip_fraction": metrics["clip_fraction"],
+            "value_loss": metrics["value_loss"],
+            "approx_kl": metrics["approx_kl"],
+            "explained_variance": explained.item(),
+            "learning_rate": lr,
+        }
+        # 4. greedy evaluation with GRPO's rule: screened by 10 episodes while unsolved
+        if record["return_mean"] >= 0.5 * cfg.solve_threshold:
+            mean, used = screened_evaluation(
+                agent.actor, cfg.env_id, cfg.eval_episodes, cfg.solve_threshold
+            )
+            eval_steps += used
+            record["eval_return"] = mean
+            record["solved"] = mean >= cfg.solve_threshold
+            record["wall_s"] = round(time.perf_counter() - start, 3)
+        record["eval_env_steps"] = eval_steps
+        history.append(record)
+        if on_update is not None:
+            on_update(record)
+        bar.update(min(batch_size, cfg.total_env_steps - bar.n))
+        bar.set_postfix(ret=f"{record['return_mean']:.0f}", greedy=record.get("eval_return", "-"))
+        if record.get("solved") and cfg.stop_when_solved:
+            break
+    bar.close()
+    envs.close()
+    return agent.actor, history
+
+
+def save_ppo_policy(policy: CategoricalPolicy, cfg: PPOConfig, path: str | os.PathLike) -> None:
+    """Write the actor in the format ``control.load_policy`` reads, plus the PPO config.
+
+    ``config`` holds what evaluation needs (env id, width, threshold) as a ``CartPoleConfig``,
+    so ``grpo-minimal evaluate cartpole`` loads PPO and GRPO policies alike; the full PPO
+    configuration is under ``ppo_config``. Written atomically (temp file, then rename).
+    """
+    shared = CartPoleConfig(
+        env_id=cfg.env_id,
+        hidden_size=cfg.hidden_size,
+        gamma=cfg.gamma,
+        eval_episodes=cfg.eval_episodes,
+        solve_threshold=cfg.solve_threshold,
+        seed=cfg.seed,
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(
+        {
+            "state_dict": policy.state_dict(),
+            "obs_dim": policy.obs_dim,
+            "num_actions": policy.num_actions,
+            "config": shared.to_dict(),
+            "algo": "ppo",
+            "ppo_config": cfg.to_dict(),
+        },
+        tmp,
+    )
+    os.replace(tmp, path)
+
+
+def load_ppo_policy(path: str | os.PathLike) -> tuple[CategoricalPolicy, PPOConfig]:
+    """Load what ``save_ppo_policy`` wrote: the actor and its ``PPOConfig``."""
+    policy, _ = load_policy(path)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if "ppo_config" not in ckpt:
+        raise ValueError(f"{path} holds no PPO config; was it written by save_ppo_policy?")
+    return policy, PPOConfig(**ckpt["ppo_config"])
