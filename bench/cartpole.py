@@ -27,7 +27,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--advantage", choices=ADVANTAGE_MODES, default="per_step")
     parser.add_argument("--budget", type=int, default=500_000, help="max env steps per seed")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: a 64-unit MLP gains nothing from more)",
+    )
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
