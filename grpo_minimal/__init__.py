@@ -7,7 +7,7 @@ from .advantages import (
     population_std_advantages,
     rloo_advantages,
 )
-from .config import CartPoleConfig, GRPOConfig
+from .config import CartPoleConfig, GRPOConfig, PPOConfig
 from .losses import (
     aggregate_loss,
     categorical_entropy,
@@ -23,6 +23,7 @@ from .losses import (
 __all__ = [
     "CartPoleConfig",
     "GRPOConfig",
+    "PPOConfig",
     "aggregate_loss",
     "categorical_entropy",
     "categorical_kl",

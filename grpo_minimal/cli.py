@@ -1,10 +1,14 @@
 """Command line: ``grpo-minimal`` or ``python -m grpo_minimal``.
 
     grpo-minimal cartpole --seed 1 --out runs/cartpole
+    grpo-minimal cartpole --algo ppo --seed 1 --out runs/cartpole-ppo
     grpo-minimal evaluate cartpole --policy runs/cartpole/policy.pt --episodes 100 --seed 10000
+    grpo-minimal math --out runs/math            # the tiny model on 2-digit addition (CPU)
+    grpo-minimal evaluate math --model runs/math  # held-out greedy accuracy, one JSON line
 
 Every field of the config dataclass is a flag (``--num-generations 16``, ``--beta 0.04``);
-``--help`` lists them with their meaning.
+``--help`` lists them with their meaning. ``--algo`` picks the dataclass (``CartPoleConfig`` for
+grpo, ``PPOConfig`` for ppo), so ``cartpole --algo ppo --help`` lists PPO's flags.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .config import CartPoleConfig
+from .config import CartPoleConfig, PPOConfig
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -82,8 +86,11 @@ def run_cartpole(args: argparse.Namespace) -> dict:
     """Train, write metrics.jsonl, policy.pt and learning_curve.png; return a summary."""
     from .control import save_policy, train_cartpole
     from .plots import learning_curve
+    from .ppo import save_ppo_policy, train_ppo
 
-    cfg = config_from_args(CartPoleConfig, args)
+    ppo = args.algo == "ppo"
+    cfg = config_from_args(PPOConfig if ppo else CartPoleConfig, args)
+    train, save = (train_ppo, save_ppo_policy) if ppo else (train_cartpole, save_policy)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / "metrics.jsonl"
@@ -93,15 +100,17 @@ def run_cartpole(args: argparse.Namespace) -> dict:
             fh.write(json.dumps(record) + "\n")
             fh.flush()
 
-        policy, history = train_cartpole(cfg, progress=not args.no_progress, on_update=log)
-    save_policy(policy, cfg, out / "policy.pt")
+        policy, history = train(cfg, progress=not args.no_progress, on_update=log)
+    save(policy, cfg, out / "policy.pt")
     learning_curve(
-        history, out / "learning_curve.png", title=f"GRPO on {cfg.env_id}, seed {cfg.seed}"
+        history,
+        out / "learning_curve.png",
+        title=f"{args.algo.upper()} on {cfg.env_id}, seed {cfg.seed}",
     )
     last = history[-1]
     solved_at = next((r for r in history if r.get("solved")), None)
     return {
-        "algo": "grpo",
+        "algo": args.algo,
         "env_id": cfg.env_id,
         "seed": cfg.seed,
         "solved": solved_at is not None,
@@ -131,22 +140,109 @@ def run_evaluate_cartpole(args: argparse.Namespace) -> dict:
     }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _math_config(args: argparse.Namespace, saved: dict | None = None):
+    """MathConfig from the flags given; the others come from ``saved`` (a checkpoint's
+    grpo_config.json) or from the defaults of the device (``MathConfig.for_device``)."""
+    from .config import MathConfig
+
+    names = {f.name for f in dataclasses.fields(MathConfig)}
+    given = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    if saved is not None:
+        return MathConfig(**{**{k: v for k, v in saved.items() if k in names}, **given})
+    return MathConfig.for_device(given.pop("device", "auto"), **given)
+
+
+def run_math(args: argparse.Namespace) -> dict:
+    """GRPO on a causal LM: HF checkpoint, metrics.jsonl and learning_curve.png in --out."""
+    from .lm import plot_history, train_math
+
+    cfg = _math_config(args)
+    out = Path(args.out)
+    _, history = train_math(cfg, out_dir=out, progress=not args.no_progress)
+    plot_history(history, out / "learning_curve.png", title=f"GRPO on {cfg.dataset}")
+    evals = [r for r in history if "eval_accuracy" in r]
+    return {
+        "model": cfg.model,
+        "dataset": cfg.dataset,
+        "seed": cfg.seed,
+        "steps": history[-1]["step"],
+        "train_s": history[-1]["train_s"],
+        "accuracy_before": evals[0]["eval_accuracy"],
+        "accuracy_after": evals[-1]["eval_accuracy"],
+        "eval_n": evals[0]["eval_n"],
+        "out": str(out),
+    }
+
+
+def run_evaluate_math(args: argparse.Namespace) -> dict:
+    """Greedy accuracy of a model (a checkpoint written by ``math``, or any causal LM)."""
+    import torch
+
+    from .control import seed_everything
+    from .device import pick_device
+    from .lm import evaluate_accuracy, load_math_rows, load_model, resolve_model_name
+
+    saved_path = Path(resolve_model_name(args.model)) / "grpo_config.json"
+    saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
+    cfg = _math_config(args, saved)
+    seed_everything(cfg.seed)
+    model, tokenizer = load_model(args.model, pick_device(cfg.device))
+    held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
+    rows = load_math_rows(held_out, cfg.eval_split)[: args.n]
+    with torch.no_grad():
+        accuracy, _ = evaluate_accuracy(model, tokenizer, rows, cfg, args.batch_size)
+    return {
+        "model": args.model,
+        "dataset": cfg.dataset,
+        "split": cfg.eval_split,
+        "n": len(rows),
+        "accuracy": accuracy,
+    }
+
+
+def _peek_algo(argv: list[str] | None) -> str:
+    """Read ``--algo`` before the full parse: it decides which config's flags ``cartpole`` takes."""
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--algo", nargs="?", default="grpo")  # the full parse reports bad values
+    return peek.parse_known_args(argv)[0].algo
+
+
+def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpo-minimal", description="GRPO, from CartPole to math-reward LLM training."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
     cartpole = commands.add_parser(
-        "cartpole", help="train GRPO on CartPole-v1 (or another discrete env)"
+        "cartpole", help="train GRPO (or PPO: --algo ppo) on CartPole-v1 (or another discrete env)"
     )
-    cartpole.add_argument("--algo", choices=["grpo"], default="grpo", help="training algorithm")
+    cartpole.add_argument(
+        "--algo",
+        choices=["grpo", "ppo"],
+        default="grpo",
+        help="training algorithm (default: grpo); the config flags below are those of the chosen "
+        "algorithm: `cartpole --algo ppo --help` lists PPO's",
+    )
     cartpole.add_argument(
         "--out", default="runs/cartpole", help="output folder (default: runs/cartpole)"
     )
     cartpole.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_config_flags(cartpole, CartPoleConfig)
+    add_config_flags(cartpole, PPOConfig if algo == "ppo" else CartPoleConfig)
     cartpole.set_defaults(func=run_cartpole)
+
+    from .config import MathConfig
+
+    math = commands.add_parser(
+        "math",
+        help="train a causal LM with GRPO on math rewards (CPU: the shipped tiny model on "
+        "2-digit addition; CUDA: Qwen/Qwen2.5-0.5B-Instruct on GSM8K)",
+        description="Flags not given take MathConfig's defaults on a CPU, and "
+        f"MathConfig.GPU_DEFAULTS on a CUDA GPU: {MathConfig.GPU_DEFAULTS}",
+    )
+    math.add_argument("--out", default="runs/math", help="output folder (default: runs/math)")
+    math.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_config_flags(math, MathConfig)
+    math.set_defaults(func=run_math, **{f.name: None for f in dataclasses.fields(MathConfig)})
 
     evaluate = commands.add_parser("evaluate", help="evaluate a trained policy or model")
     targets = evaluate.add_subparsers(dest="target", required=True)
@@ -161,11 +257,46 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=10_000, help="first reset seed (default: 10000)"
     )
     ev_cartpole.set_defaults(func=run_evaluate_cartpole)
+    ev_math = targets.add_parser(
+        "math",
+        help="held-out greedy accuracy of a causal LM (prints one JSON line)",
+        description="Settings saved with a checkpoint by `grpo-minimal math` (grpo_config.json: "
+        "dataset, prompt template, completion length) are used unless a flag overrides them.",
+    )
+    ev_math.add_argument(
+        "--model", default="tiny", help="checkpoint folder or Hub id (default: tiny, shipped)"
+    )
+    ev_math.add_argument(
+        "--dataset", help="arithmetic, arithmetic_mix, gsm8k, gsm8k_sample or FILE.jsonl"
+    )
+    ev_math.add_argument(
+        "--eval-split", dest="eval_split", help="split or .jsonl file to score (default: test)"
+    )
+    ev_math.add_argument(
+        "--n", type=int, default=500, help="problems scored, the first n (default: 500)"
+    )
+    ev_math.add_argument(
+        "--prompt-template",
+        dest="prompt_template",
+        choices=["plain", "r1", "boxed"],
+        help="how prompts are shown to the model (default: as trained, else plain on a CPU)",
+    )
+    ev_math.add_argument(
+        "--max-completion-length",
+        dest="max_completion_length",
+        type=int,
+        help="new tokens per answer at most (default: as trained, else 5 on a CPU)",
+    )
+    ev_math.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
+    ev_math.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
+    ev_math.add_argument("--batch-size", type=int, default=256, help="prompts per generate call")
+    ev_math.add_argument("--seed", type=int, help="seed (default: 0)")
+    ev_math.set_defaults(func=run_evaluate_math)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_peek_algo(argv))
     args = parser.parse_args(argv)
     try:
         summary = args.func(args)

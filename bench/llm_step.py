@@ -1,0 +1,207 @@
+"""Benchmark one GRPO step on the shipped tiny model: grpo_minimal vs TRL vs the naive loop.
+
+    .venv/bin/python bench/llm_step.py            # under a minute on 2 CPU cores
+    .venv/bin/python bench/llm_step.py --beta 0   # no reference model (TRL's default)
+
+Same model (``data/tiny_math_lm``), same data (arithmetic train split), same settings for all
+three: notebook 06's (8 prompts x 8 generations, at most 5 new tokens, temperature 1, beta 0.04
+so a reference model is used; a constant learning rate, which does not change the timing),
+fp32 on the CPU.
+
+- **grpo_minimal**: ``LMGRPOTrainer.step`` (``grpo_minimal/lm.py``).
+- **TRL**: ``trl.GRPOTrainer`` with the same settings (``grpo_minimal/trl_bridge.py``:
+  ``bf16=False``, no gradient checkpointing, fused AdamW as ours); a step is timed from TRL's
+  ``on_step_begin`` to ``on_step_end`` callbacks (generation, scoring, loss, optimizer).
+- **naive**: the NAIVE BASELINE in ``bench/naive_grpo.py``, the per-sample loop of the GRPO
+  paper review (one ``generate`` per sample, one forward per response).
+
+Completions per second are measured in one process, in interleaved rounds (ours, TRL, naive,
+then again), and the median step of each is reported, so that load from other programs on a
+shared machine hits all three alike. Peak memory is measured separately, each method in its
+own fresh process, since a process's peak never goes down: the peak resident memory after 3
+steps, and how much of it came after the model was loaded (the steps, plus building TRL's
+trainer and its reference model for TRL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames, from TRL
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from naive_grpo import NaiveGRPO  # noqa: E402
+
+from grpo_minimal.config import MathConfig  # noqa: E402
+from grpo_minimal.control import seed_everything  # noqa: E402
+from grpo_minimal.device import peak_memory_mb  # noqa: E402
+from grpo_minimal.lm import LMGRPOTrainer, load_math_rows, load_model  # noqa: E402
+from grpo_minimal.rewards import accuracy_reward  # noqa: E402
+
+METHODS = ("grpo_minimal", "trl", "naive")
+
+
+def make_config(args) -> MathConfig:
+    """MathConfig's defaults (notebook 06's run) with the sizes given on the command line."""
+    return MathConfig(
+        device="cpu", dtype="float32", seed=args.seed, prompts_per_step=args.prompts,
+        num_generations=args.generations, max_completion_length=args.max_new_tokens,
+        beta=args.beta, max_steps=10_000, lr_scheduler_type="constant",
+    )  # fmt: skip
+
+
+class Runner:
+    """Runs steps of one method on batches of prompts; ``run(n)`` returns n step times."""
+
+    def __init__(self, method: str, cfg: MathConfig, rows: list[dict], workdir: str) -> None:
+        self.method, self.cfg, self.rows = method, cfg, rows
+        self.cursor = 0
+        model, tokenizer = load_model(cfg.model, torch.device("cpu"))
+        if method == "grpo_minimal":
+            self.trainer = LMGRPOTrainer(cfg, model, tokenizer)
+        elif method == "naive":
+            self.trainer = NaiveGRPO(
+                model, tokenizer, accuracy_reward, group_size=cfg.num_generations,
+                clip_epsilon=cfg.epsilon, kl_coef=cfg.beta, lr=cfg.learning_rate,
+                max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                ref_model=copy.deepcopy(model).requires_grad_(False) if cfg.beta > 0 else None,
+            )  # fmt: skip
+        else:  # TRL's trainer is built on the first run()
+            self.model, self.tokenizer, self.workdir = model, tokenizer, workdir
+
+    def batch(self) -> list[dict]:
+        n = self.cfg.prompts_per_step
+        rows = [self.rows[(self.cursor + i) % len(self.rows)] for i in range(n)]
+        self.cursor += n
+        return rows
+
+    def run(self, steps: int) -> list[float]:
+        if self.method == "trl":
+            from grpo_minimal.trl_bridge import make_trl_trainer
+
+            if not hasattr(self, "trl"):  # one trainer; each train() call runs `steps` steps
+                self.trl, self.clock = make_trl_trainer(
+                    self.cfg, self.model, self.tokenizer, self.rows, self.workdir
+                )
+            self.trl.args.max_steps = steps
+            self.clock.step_s = []
+            self.trl.train()
+            return self.clock.step_s
+        times = []
+        for _ in range(steps):
+            rows = self.batch()
+            start = time.perf_counter()
+            if self.method == "grpo_minimal":
+                self.trainer.step(rows)
+            else:
+                self.trainer.train_step([r["prompt"] for r in rows], [r["answer"] for r in rows])
+            times.append(time.perf_counter() - start)
+        return times
+
+
+def measure_memory(method: str, args) -> dict:
+    """Peak memory of a few steps of one method, in a fresh process."""
+    cmd = [sys.executable, __file__, "--memory-of", method, "--seed", str(args.seed),
+           "--prompts", str(args.prompts), "--generations", str(args.generations),
+           "--max-new-tokens", str(args.max_new_tokens), "--beta", str(args.beta)]  # fmt: skip
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def memory_child(method: str, args) -> None:
+    cfg = make_config(args)
+    rows = load_math_rows("arithmetic", "train")
+    seed_everything(cfg.seed)
+    with tempfile.TemporaryDirectory() as workdir:
+        runner = Runner(method, cfg, rows, workdir)
+        loaded = peak_memory_mb(torch.device("cpu"))
+        runner.run(3)
+        peak = peak_memory_mb(torch.device("cpu"))
+    print(json.dumps({"peak_mb": round(peak, 1), "growth_mb": round(peak - loaded, 1)}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per round (default: 8)")
+    parser.add_argument("--naive-steps", type=int, default=2,
+                        help="timed steps per round of the slow naive loop (default: 2)")  # fmt: skip
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default: 2)")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per step (default: 8)")
+    parser.add_argument("--generations", type=int, default=8, help="G (default: 8)")
+    parser.add_argument("--max-new-tokens", type=int, default=5, help="(default: 5)")
+    parser.add_argument("--beta", type=float, default=0.04,
+                        help="KL weight; > 0 adds the reference model's forward (default: 0.04)")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-memory", action="store_true", help="do not measure memory")
+    parser.add_argument("--memory-of", choices=METHODS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.memory_of:
+        memory_child(args.memory_of, args)
+        return
+
+    cfg = make_config(args)
+    rows = load_math_rows("arithmetic", "train")
+    batch = cfg.prompts_per_step * cfg.num_generations
+    print(f"tiny model, {cfg.prompts_per_step} prompts x {cfg.num_generations} generations = "
+          f"{batch} completions a step, <= {cfg.max_completion_length} new tokens, beta "
+          f"{cfg.beta}, fp32, {torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs")  # fmt: skip
+    seed_everything(cfg.seed)
+    times: dict[str, list[float]] = {m: [] for m in METHODS}
+    with tempfile.TemporaryDirectory() as workdir:
+        runners = {m: Runner(m, cfg, rows, workdir) for m in METHODS}
+        for method, runner in runners.items():  # warm-up: first calls allocate and compile
+            runner.run(args.warmup if method != "naive" else 1)
+        for r in range(args.rounds):
+            for method, runner in runners.items():
+                steps = args.naive_steps if method == "naive" else args.steps
+                times[method] += runner.run(steps)
+            print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+                f"{m} {statistics.median(t) * 1000:.0f} ms/step" for m, t in times.items()))  # fmt: skip
+
+    result = {}
+    for method, t in times.items():
+        step = statistics.median(t)
+        result[method] = {"median_step_s": round(step, 4), "completions_per_s": round(batch / step, 1),
+                          "steps_timed": len(t)}  # fmt: skip
+    if not args.skip_memory:
+        for method in METHODS:
+            result[method].update(measure_memory(method, args))
+    ours = result["grpo_minimal"]["completions_per_s"]
+    print()
+    print(f"{'method':<14}{'ms/step':>10}{'completions/s':>16}{'peak MB':>10}{'+MB steps':>11}")
+    for method, r in result.items():
+        print(f"{method:<14}{r['median_step_s'] * 1000:>10.0f}{r['completions_per_s']:>16.1f}"
+              f"{r.get('peak_mb', float('nan')):>10.0f}{r.get('growth_mb', float('nan')):>11.0f}")  # fmt: skip
+    ratios = {
+        "grpo_minimal_vs_trl": round(ours / result["trl"]["completions_per_s"], 2),
+        "grpo_minimal_vs_naive": round(ours / result["naive"]["completions_per_s"], 2),
+    }
+    print(f"\ngrpo_minimal is {ratios['grpo_minimal_vs_trl']}x TRL's completions/s (bar: >= 1.5x) "
+          f"and {ratios['grpo_minimal_vs_naive']}x the naive loop's (bar: >= 10x)")  # fmt: skip
+    print(json.dumps({"results": result, "ratios": ratios}))
+
+
+if __name__ == "__main__":
+    main()

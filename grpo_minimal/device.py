@@ -1,0 +1,80 @@
+"""Where a model runs and in which precision: one place for the CPU / CUDA choices.
+
+- ``pick_device("auto")``: CUDA when a GPU is visible, else the CPU.
+- ``pick_dtype(device, "auto")``: the precision of the forward passes. On CUDA, bfloat16 where
+  the card supports it (Ampere and newer: A100, H100, RTX 30xx/40xx), else float16 (a Colab T4,
+  V100); on the CPU, float32.
+
+Weights and optimizer state stay in float32 whatever the choice: bfloat16 / float16 is used
+through ``torch.autocast`` (mixed precision). A pure-bfloat16 model cannot take the small steps
+GRPO takes: with ``learning_rate=1e-6`` an update is far below bfloat16's resolution (about
+0.4% of a weight) and is rounded away. float16 also needs loss scaling (``grad_scaler``) so that
+small gradients do not underflow to zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import sys
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_NAMES = ("auto", *DTYPES)
+DEVICE_NAMES = ("auto", "cpu", "cuda")
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """``auto``: ``cuda`` if available, else ``cpu``. ``cuda`` without a GPU is an error."""
+    if name not in DEVICE_NAMES and not name.startswith("cuda:"):
+        raise ValueError(f"device must be one of {DEVICE_NAMES} (or cuda:N), got {name!r}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} was asked for, but torch sees no CUDA GPU")
+    return torch.device(name)
+
+
+def pick_dtype(device: torch.device, name: str = "auto") -> torch.dtype:
+    """The compute precision: ``auto`` is bf16 / fp16 on CUDA (see module docstring), fp32 on CPU."""
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"dtype must be one of {DTYPE_NAMES}, got {name!r}")
+    if name != "auto":
+        return DTYPES[name]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    """Mixed-precision context for forward passes; a no-op for float32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def grad_scaler(device: torch.device, dtype: torch.dtype) -> torch.amp.GradScaler:
+    """Loss scaling for float16 (enabled only then; a pass-through otherwise)."""
+    return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak-memory measurement (CUDA only; the CPU figure is the process peak)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory in MiB: allocated by torch on CUDA, resident set of the process on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:  # Linux: the high-water mark of this process (ru_maxrss also counts a forking parent)
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**10  # KiB
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10

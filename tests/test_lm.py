@@ -1,0 +1,553 @@
+"""Unit tests of the causal-LM GRPO step (grpo_minimal/lm.py) on the shipped tiny model.
+
+Everything runs on the CPU in a few seconds, offline; no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from grpo_minimal import grpo_loss
+from grpo_minimal.cli import main as cli_main
+from grpo_minimal.config import MathConfig
+from grpo_minimal.device import autocast, peak_memory_mb, pick_device, pick_dtype
+from grpo_minimal.lm import (
+    TINY_MODEL,
+    LMGRPOTrainer,
+    advantages_from_rewards,
+    check_prompt_lengths,
+    completion_logps,
+    evaluate_accuracy,
+    format_prompt,
+    load_model,
+    mask_after_eos,
+    sample_completions,
+    save_checkpoint,
+    score_completions,
+    train_math,
+)
+
+ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(23, 45), (10, 7), (99, 99)]]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny", torch.device("cpu"))
+
+
+def small_cfg(**overrides) -> MathConfig:
+    values = dict(device="cpu", prompts_per_step=2, num_generations=4, max_steps=2, eval_n=8)
+    values.update(overrides)
+    return MathConfig(**values)
+
+
+def position_reward(completions, **kwargs):
+    """A reward that always varies within a group, so every step has a learning signal."""
+    return [float(i % 4) for i in range(len(completions))]
+
+
+def fresh_trainer(reward_funcs=None, **overrides) -> LMGRPOTrainer:
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny", torch.device("cpu"))
+    return LMGRPOTrainer(small_cfg(**overrides), model, tokenizer, reward_funcs)
+
+
+# --- the shipped model ---------------------------------------------------------------------------
+
+
+def test_tiny_model_is_small_offline_and_char_level(tiny):
+    model, tokenizer = tiny
+    assert model.config.model_type in ("qwen2", "llama")
+    assert sum(p.numel() for p in model.parameters()) <= 2_000_000
+    ids = tokenizer("23+45=68")["input_ids"]
+    assert len(ids) == len("23+45=68") and tokenizer.decode(ids) == "23+45=68"
+    assert tokenizer.pad_token_id != tokenizer.eos_token_id
+    info = json.loads((TINY_MODEL / "training_info.json").read_text())
+    assert 0.3 <= info["test_accuracy"] <= 0.7 and "seed" in info
+    assert sum(f.stat().st_size for f in TINY_MODEL.iterdir()) < 8 * 2**20
+
+
+# --- step 1: sampling ----------------------------------------------------------------------------
+
+
+def test_mask_after_eos_keeps_the_first_eos_and_nothing_after():
+    ids = torch.tensor([[5, 1, 7, 1], [5, 6, 7, 8], [1, 5, 5, 5], [5, 8, 1, 6]])
+    expected = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0]])
+    assert torch.equal(mask_after_eos(ids, [1]), expected)
+    # a chat model has several end tokens: the first of any of them ends the completion
+    two_eos = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0]])
+    assert torch.equal(mask_after_eos(ids, [1, 8]), two_eos)
+
+
+def test_sampling_is_one_generate_call_with_groups_in_consecutive_blocks(tiny, monkeypatch):
+    model, tokenizer = tiny
+    calls = []
+    original = model.generate
+
+    def counting_generate(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", counting_generate)
+    torch.manual_seed(0)
+    rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
+                                 num_generations=4, max_new_tokens=5)  # fmt: skip
+    assert len(calls) == 1 and calls[0][0] == 12  # 3 prompts x 4, one call
+    assert rollout.prompts == [r["prompt"] for r in ROWS for _ in range(4)]
+    assert [r["answer"] for r in rollout.rows] == [r["answer"] for r in ROWS for _ in range(4)]
+    # prompts are stored once each, left-padded: the shorter "10+7=" starts with padding
+    assert rollout.prompt_ids.shape[0] == 3 and rollout.num_generations == 4
+    assert rollout.prompt_mask[1, 0] == 0 and rollout.prompt_mask[0].all()
+    # after the first EOS everything is padding and masked
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    for ids, mask in zip(rollout.completion_ids, rollout.completion_mask, strict=True):
+        n = int(mask.sum())
+        assert (ids[n:] == pad).all() and (mask[:n] == 1).all()
+        assert eos not in ids[: n - 1].tolist()
+    assert rollout.completion_ids.shape[1] <= 5
+    texts = tokenizer.batch_decode(rollout.completion_ids, skip_special_tokens=True)
+    assert rollout.completions == texts
+
+
+def test_generation_stops_at_max_length_without_eos(tiny):
+    model, tokenizer = tiny
+    torch.manual_seed(0)
+    rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
+                                 num_generations=2, max_new_tokens=1)  # fmt: skip
+    assert rollout.completion_ids.shape[1] == 1 and rollout.completion_mask.all()
+
+
+def test_sampling_is_seeded(tiny):
+    model, tokenizer = tiny
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        outs.append(sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
+                                       num_generations=4, max_new_tokens=5).completions)  # fmt: skip
+    assert outs[0] == outs[1]
+
+
+# --- step 4: log-probs ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_completion_logps_match_a_full_log_softmax_and_generation_scores(tiny, temperature):
+    model, tokenizer = tiny
+    torch.manual_seed(0)
+    rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
+                                 num_generations=2, max_new_tokens=5, temperature=temperature)  # fmt: skip
+    G = 2
+    with torch.no_grad():
+        logps, entropy = completion_logps(model, rollout, temperature, with_entropy=True)
+        unshared, _ = completion_logps(model, rollout, temperature, share_prompts=False)
+        # the textbook way: one forward over prompt + completion, a full log-softmax
+        prompt_ids = rollout.prompt_ids.repeat_interleave(G, 0)
+        prompt_mask = rollout.prompt_mask.repeat_interleave(G, 0)
+        ids = torch.cat([prompt_ids, rollout.completion_ids], 1)
+        att = torch.cat([prompt_mask, rollout.completion_mask], 1)
+        logits = model(input_ids=ids, attention_mask=att).logits / temperature
+        full = torch.log_softmax(logits, -1)[:, prompt_ids.shape[1] - 1 : -1]
+        expected = full.gather(-1, rollout.completion_ids.unsqueeze(-1)).squeeze(-1)
+        # and the distribution the sampler used for the first token, from generate's own logits
+        out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=False,
+                             max_new_tokens=1, output_logits=True, return_dict_in_generate=True,
+                             pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    mask = rollout.completion_mask.bool()
+    torch.testing.assert_close(logps[mask], expected[mask], rtol=0, atol=1e-5)
+    torch.testing.assert_close(unshared[mask], expected[mask], rtol=0, atol=1e-5)
+    first = torch.log_softmax(out.logits[0] / temperature, -1)
+    first = first.gather(-1, rollout.completion_ids[:, :1]).squeeze(-1)
+    torch.testing.assert_close(logps[:, 0], first, rtol=0, atol=1e-5)
+    exact_entropy = -(full.exp() * full).sum(-1)
+    torch.testing.assert_close(entropy[mask], exact_entropy[mask], rtol=0, atol=1e-4)
+
+
+def test_shared_prompt_pass_gives_the_same_gradient(tiny):
+    """Encoding each prompt once and copying its cache G times is exact, gradients included."""
+    model, tokenizer = tiny
+    torch.manual_seed(0)
+    rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
+                                 num_generations=4, max_new_tokens=5)  # fmt: skip
+    grads = []
+    for share in (True, False):
+        logps, _ = completion_logps(model, rollout, share_prompts=share)
+        loss = (logps * rollout.completion_mask * torch.linspace(-1, 1, 12)[:, None]).sum()
+        grads.append(torch.autograd.grad(loss, list(model.parameters())))
+    for shared, plain in zip(*grads, strict=True):
+        torch.testing.assert_close(shared, plain, rtol=1e-4, atol=1e-5)
+
+
+def test_sharing_the_prompt_cache_does_not_change_generation(tiny):
+    """Greedy completions are the same with and without the shared prompt pass."""
+    model, tokenizer = tiny
+    prompts = ["5+61=", "99+99=", "7"]  # left padding; "7" has nothing but padding to prefill
+    shared = sample_completions(model, tokenizer, [{}] * 3, prompts, num_generations=2,
+                                max_new_tokens=5, do_sample=False)  # fmt: skip
+    one_each = sample_completions(model, tokenizer, [{}] * 6, [p for p in prompts for _ in "ab"],
+                                  num_generations=1, max_new_tokens=5, do_sample=False)  # fmt: skip
+    assert shared.completions == one_each.completions
+
+
+# --- steps 2-3: rewards and advantages; bad input --------------------------------------------------
+
+
+def test_score_completions_weights_and_none_rule():
+    def always_one(completions, **kw):
+        return [1.0] * len(completions)
+
+    def some_none(completions, **kw):
+        return [None, 0.5, None, 2.0]
+
+    rewards, means = score_completions([always_one, some_none], [1.0, 0.5], ["p"] * 4,
+                                       ["a", "b", "c", "d"], [{"prompt": "p"}] * 4)  # fmt: skip
+    assert rewards.tolist() == [1.0, 1.25, 1.0, 2.0]  # None counts as nothing (TRL's nansum)
+    assert means == {"always_one": 1.0, "some_none": 1.25}
+    rewards, _ = score_completions(
+        [some_none], [1.0], ["p"] * 4, list("abcd"), [{"prompt": "p"}] * 4
+    )
+    assert math.isnan(rewards[0]) and rewards[1] == 0.5
+
+
+def test_reward_functions_get_dataset_columns_and_prompts():
+    seen = {}
+
+    def spy(prompts, completions, answer, level, **kw):
+        seen.update(prompts=prompts, answer=answer, level=level)
+        return [0.0] * len(completions)
+
+    rows = [
+        {"prompt": "1+1=", "answer": "2", "level": 1},
+        {"prompt": "2+2=", "answer": "4", "level": 2},
+    ]
+    score_completions([spy], [1.0], ["1+1=", "2+2="], ["2", "5"], rows)
+    assert seen == {"prompts": ["1+1=", "2+2="], "answer": ["2", "4"], "level": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ([1.0, 2.0], "returned 2 values for 3 completions"),
+        ([1.0, float("nan"), 0.0], "returned nan for completion 1"),
+        ([1.0, 0.0, float("inf")], "returned inf for completion 2"),
+        ([1.0, "yes", 0.0], "returned 'yes' for completion 1"),
+    ],
+)
+def test_bad_rewards_are_clear_errors(values, message):
+    def bad(completions, **kw):
+        return values
+
+    with pytest.raises(ValueError, match=message):
+        score_completions([bad], [1.0], ["p"] * 3, ["a", "b", "c"], [{"prompt": "p"}] * 3)
+
+
+def test_a_raising_reward_names_the_completion():
+    def picky(completions, **kw):
+        return [1.0 / (len(c) - 3) for c in completions]  # "abc" divides by zero
+
+    with pytest.raises(RuntimeError, match=r"'picky' raised on completion 2 \('abc'\)"):
+        score_completions(
+            [picky], [1.0], ["p"] * 4, ["a", "ab", "abc", "abcd"], [{"prompt": "p"}] * 4
+        )
+
+
+def test_advantages_without_none_are_group_advantages():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
+    adv = advantages_from_rewards(rewards, 4)
+    std = (1 / 3) ** 0.5  # unbiased std of [1, 0, 0, 1]
+    expected = torch.tensor([0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0]) / torch.tensor(
+        [std + 1e-4] * 4 + [1] * 4
+    )
+    torch.testing.assert_close(adv, expected)
+
+
+def test_none_rewards_get_zero_advantage_and_leave_the_baseline():
+    rewards = torch.tensor([1.0, float("nan"), 0.0, 1.0])
+    adv = advantages_from_rewards(rewards, 4, "none")
+    expected = torch.tensor([1 - 2 / 3, 0.0, -2 / 3, 1 - 2 / 3])
+    torch.testing.assert_close(adv, expected)
+    all_none = advantages_from_rewards(torch.full((4,), float("nan")), 4)
+    assert torch.equal(all_none, torch.zeros(4))
+
+
+def test_empty_dataset_is_a_clear_error(tiny):
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match="training dataset is empty"):
+        train_math(small_cfg(), model, tokenizer, train_rows=[], eval_rows=ROWS, progress=False)
+    with pytest.raises(ValueError, match="evaluation dataset is empty"):
+        train_math(small_cfg(), model, tokenizer, train_rows=ROWS, eval_rows=[], progress=False)
+    with pytest.raises(ValueError, match="row 1 needs a string 'prompt'"):
+        train_math(small_cfg(), model, tokenizer, train_rows=[ROWS[0], {"question": "1+1"}],
+                   eval_rows=ROWS, progress=False)  # fmt: skip
+
+
+def test_prompt_longer_than_the_context_is_a_clear_error(tiny):
+    model, tokenizer = tiny
+    context = model.config.max_position_embeddings
+    long_prompt = "1+" * context + "1="
+    with pytest.raises(ValueError, match=r"prompt 1 is \d+ tokens long.*context of 32 tokens"):
+        check_prompt_lengths(["1+1=", long_prompt], tokenizer, model, 5)
+    with pytest.raises(ValueError, match="prompt 0 is"):
+        train_math(small_cfg(), model, tokenizer, train_rows=[{"prompt": long_prompt, "answer": "1"}],
+                   eval_rows=ROWS, progress=False)  # fmt: skip
+    check_prompt_lengths(["1+1="], tokenizer, model, context - 4)  # exactly fits
+
+
+def test_chat_templates_need_a_chat_tokenizer(tiny):
+    _, tokenizer = tiny
+    assert format_prompt("2+2=", tokenizer, "plain") == "2+2="
+    with pytest.raises(ValueError, match="needs a tokenizer with a chat template"):
+        format_prompt("2+2=", tokenizer, "r1")
+
+
+def test_r1_and_boxed_templates_use_the_chat_template(tiny):
+    _, tokenizer = tiny
+    chat = tokenizer.__class__.from_pretrained(TINY_MODEL)
+    chat.chat_template = (
+        "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant] {% endif %}"
+    )
+    r1 = format_prompt("What is 2+2?", chat, "r1")
+    assert r1.startswith("[system] A conversation") and r1.endswith("What is 2+2?\n[assistant] ")
+    assert "\\boxed{}" in format_prompt("What is 2+2?", chat, "boxed")
+
+
+# --- step 5: the update ----------------------------------------------------------------------------
+
+
+def test_one_step_reports_finite_metrics_and_changes_the_policy():
+    trainer = fresh_trainer(learning_rate=1e-3, beta=0.0)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    record, rollout = trainer.step(ROWS[:2])
+    for key in ("reward_mean", "reward_std", "frac_zero_std", "kl", "clip_fraction", "entropy",
+                "loss", "grad_norm", "completion_length", "step_s", "completions_per_s"):  # fmt: skip
+        assert math.isfinite(record[key]), key
+    assert (
+        len(rollout.completions) == 8 and record["reward/accuracy_reward"] == record["reward_mean"]
+    )
+    changed = any(
+        not torch.equal(p, q) for p, q in zip(before, trainer.model.parameters(), strict=True)
+    )
+    assert changed == (record["frac_zero_std"] < 1)
+
+
+def test_format_weight_adds_the_format_reward():
+    trainer = fresh_trainer(format_weight=0.2)
+    names = [f.__name__ for f in trainer.reward_funcs]
+    assert names == ["accuracy_reward", "format_reward"] and trainer.reward_weights == [1.0, 0.2]
+    record, _ = trainer.step(ROWS[:2])
+    assert record["reward/format_reward"] == 0.0  # the tiny model never writes <think> tags
+    assert record["reward_mean"] == pytest.approx(record["reward/accuracy_reward"])
+
+
+def test_kl_reference_and_its_refresh():
+    trainer = fresh_trainer([position_reward], beta=0.1, ref_update_every=2, learning_rate=1e-3)
+    assert all(not p.requires_grad for p in trainer.reference.parameters())
+    first, _ = trainer.step(ROWS[:2])
+    assert first["kl"] == 0.0  # the policy still equals the reference
+    second, _ = trainer.step(ROWS[1:])
+    assert second["kl"] > 0  # the first step moved the policy away from it
+    # every 2 steps the reference becomes a copy of the policy
+    for p, q in zip(trainer.model.parameters(), trainer.reference.parameters(), strict=True):
+        assert torch.equal(p, q)
+    third, _ = trainer.step(ROWS[:2])
+    assert third["kl"] == pytest.approx(0.0, abs=1e-7)
+    assert fresh_trainer(beta=0.0).reference is None
+
+
+@pytest.mark.parametrize("schedule", ["linear", "constant"])
+def test_learning_rate_schedule(schedule):
+    trainer = fresh_trainer(max_steps=2, num_iterations=2, lr_scheduler_type=schedule)
+    rates = [trainer.step(ROWS[:2])[0]["learning_rate"] for _ in range(2)]
+    lr = trainer.cfg.learning_rate
+    # 4 optimizer steps in all; the rate after the last one is 0 with the linear schedule
+    assert rates == ([lr / 2, 0.0] if schedule == "linear" else [lr, lr])
+
+
+def test_num_iterations_uses_old_logps_so_clipping_can_act():
+    trainer = fresh_trainer([position_reward], num_iterations=3, learning_rate=3e-3, epsilon=0.05)
+    records = [trainer.step(ROWS[:2])[0] for _ in range(3)]
+    assert max(r["clip_fraction"] for r in records) > 0
+
+
+class FixedRollout:
+    """Make ``trainer.sample`` return one stored rollout (to compare updates on equal data)."""
+
+    def __init__(self, rollout):
+        self.rollout = rollout
+
+    def __call__(self, rows):
+        return self.rollout
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_gradient_accumulation_gives_the_same_update(loss_type):
+    base = fresh_trainer(loss_type=loss_type)
+    torch.manual_seed(1)
+    rollout = base.sample(ROWS[:2])
+    results = []
+    for accumulation in (1, 2):  # 2 prompts: one group per micro-batch
+        trainer = fresh_trainer([position_reward], loss_type=loss_type, learning_rate=1e-3,
+                                gradient_accumulation_steps=accumulation)  # fmt: skip
+        trainer.sample = FixedRollout(rollout)
+        record, _ = trainer.step(ROWS[:2])
+        # .grad still holds the (accumulated, clipped) gradient the optimizer used
+        results.append(([p.grad.clone() for p in trainer.model.parameters()], record))
+    (grads_1, rec_1), (grads_2, rec_2) = results
+    assert rec_1["grad_norm"] == pytest.approx(rec_2["grad_norm"], rel=1e-4)
+    for g, h in zip(grads_1, grads_2, strict=True):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)
+
+
+def test_step_loss_is_grpo_loss_of_the_batch():
+    """The logged loss is grpo_loss on the rollout (one iteration, no accumulation)."""
+    trainer = fresh_trainer(loss_type="grpo")
+    torch.manual_seed(2)
+    rollout = trainer.sample(ROWS[:2])
+    trainer.sample = FixedRollout(rollout)
+    with torch.no_grad():
+        logps, _ = completion_logps(trainer.model, rollout)
+    rewards, _ = score_completions(trainer.reward_funcs, [1.0], rollout.prompts,
+                                   rollout.completions, rollout.rows)  # fmt: skip
+    expected, _ = grpo_loss(logps, None, None, advantages_from_rewards(rewards, 4),
+                            rollout.completion_mask, beta=0.0, epsilon=0.2, loss_type="grpo")  # fmt: skip
+    record, _ = trainer.step(ROWS[:2])
+    assert record["loss"] == pytest.approx(expected.item(), abs=1e-6)
+
+
+# --- precision and device branches that run on a CPU ---------------------------------------------
+
+
+def test_device_and_dtype_choices():
+    assert pick_device("cpu").type == "cpu" and pick_dtype(torch.device("cpu")) == torch.float32
+    assert pick_dtype(torch.device("cpu"), "bfloat16") == torch.bfloat16
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        pick_dtype(torch.device("cpu"), "float8")
+    with pytest.raises(ValueError, match="device must be one of"):
+        pick_device("tpu")
+    if not torch.cuda.is_available():
+        assert pick_device("auto").type == "cpu"
+        with pytest.raises(ValueError, match="torch sees no CUDA GPU"):
+            pick_device("cuda")
+    assert peak_memory_mb(torch.device("cpu")) > 0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mixed_precision_step_on_cpu(dtype):
+    """The autocast (and, for float16, loss-scaling) branch the GPU path takes, run on the CPU."""
+    trainer = fresh_trainer(dtype=dtype, beta=0.05, learning_rate=1e-3)
+    assert trainer.scaler.is_enabled() == (dtype == "float16")
+    with autocast(trainer.device, trainer.dtype):
+        assert torch.get_autocast_dtype("cpu") == getattr(torch, dtype)
+    record, _ = trainer.step(ROWS[:2])
+    assert math.isfinite(record["loss"]) and math.isfinite(record["kl"])
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # master weights
+
+
+def test_gradient_checkpointing_step_on_cpu():
+    trainer = fresh_trainer(gradient_checkpointing=True, learning_rate=1e-3)
+    record, _ = trainer.step(ROWS[:2])
+    flag = getattr(trainer.model, "is_activation_checkpointing", None)
+    assert flag if flag is not None else trainer.model.is_gradient_checkpointing
+    assert math.isfinite(record["loss"])
+
+
+def test_gpu_defaults_are_the_real_model_configuration():
+    cfg = MathConfig.for_device("cuda")  # only builds the config: no GPU needed
+    assert cfg.model == "Qwen/Qwen2.5-0.5B-Instruct" and cfg.dataset == "gsm8k"
+    assert cfg.prompt_template == "r1" and cfg.gradient_checkpointing
+    assert MathConfig.for_device("cpu").model == "tiny"
+    assert MathConfig.for_device("cuda", max_steps=5).max_steps == 5
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("prompts_per_step", 0, "prompts_per_step must be in"),
+        ("temperature", 0.0, "temperature must be in"),
+        ("top_p", 1.5, "top_p must be in"),
+        ("gradient_accumulation_steps", 3, "must divide prompts_per_step=8"),
+        ("prompt_template", "chatml", "prompt_template must be one of"),
+        ("dtype", "fp8", "dtype must be one of"),
+        ("device", "tpu", "device must be one of"),
+        ("model", "", "model must be a non-empty string"),
+        ("format_weight", -1.0, "format_weight must be in"),
+    ],
+)
+def test_math_config_rejects_bad_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        MathConfig(**{field: value})
+
+
+# --- checkpoints, training loop and CLI ----------------------------------------------------------
+
+
+def test_checkpoints_are_written_atomically(tiny, tmp_path, monkeypatch):
+    model, tokenizer = tiny
+    save_checkpoint(model, tokenizer, tmp_path, {"seed": 0})
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"config.json", "model.safetensors", "grpo_config.json"} <= names
+    assert not any(n.startswith(".saving-") for n in names)
+    reloaded, _ = load_model(str(tmp_path), torch.device("cpu"))
+    for p, q in zip(model.parameters(), reloaded.parameters(), strict=True):
+        assert torch.equal(p, q)
+    # a save that fails half-way leaves the previous checkpoint as it was, and no debris
+    before = (tmp_path / "model.safetensors").read_bytes()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tokenizer, "save_pretrained", broken)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    try:
+        with pytest.raises(OSError, match="disk full"):
+            save_checkpoint(model, tokenizer, tmp_path)
+    finally:
+        with torch.no_grad():
+            next(model.parameters()).sub_(1.0)
+    assert (tmp_path / "model.safetensors").read_bytes() == before
+    assert {p.name for p in tmp_path.iterdir()} == names
+
+
+def test_train_math_logs_every_step_and_evaluates(tmp_path):
+    cfg = small_cfg(max_steps=3, eval_every=2, save_every=2)
+    seen = []
+    trainer, history = train_math(cfg, train_rows=ROWS, eval_rows=ROWS, out_dir=tmp_path,
+                                  progress=False, on_step=seen.append)  # fmt: skip
+    assert [r["step"] for r in history] == [0, 1, 2, 3] and seen == history
+    assert [r["step"] for r in history if "eval_accuracy" in r] == [0, 2, 3]
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2, 3]
+    assert json.loads((tmp_path / "grpo_config.json").read_text())["max_steps"] == 3
+    acc, completions = evaluate_accuracy(trainer.model, trainer.tokenizer, ROWS, cfg)
+    assert acc == history[-1]["eval_accuracy"] and len(completions) == 3
+
+
+def test_time_budget_stops_training():
+    cfg = small_cfg(max_steps=1000, time_budget_s=1e-9)
+    _, history = train_math(cfg, train_rows=ROWS, eval_rows=ROWS, progress=False)
+    assert history[-1]["step"] == 1 and "eval_accuracy" in history[-1]
+
+
+def test_cli_math_then_evaluate(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli_main(["math", "--out", str(out), "--max-steps", "2", "--eval-n", "20",
+                     "--prompts-per-step", "2", "--no-progress", "--device", "cpu"]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and summary["eval_n"] == 20
+    assert (out / "learning_curve.png").is_file() and (out / "model.safetensors").is_file()
+    assert cli_main(["evaluate", "math", "--model", str(out), "--n", "20"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["n"] == 20 and result["accuracy"] == summary["accuracy_after"]
+    assert result["dataset"] == "arithmetic" and result["split"] == "test"
+
+
+def test_cli_reports_bad_values_without_a_traceback(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["math", "--temperature", "0", "--device", "cpu"])
+    assert exc.value.code == 2
+    assert "temperature must be in" in capsys.readouterr().err

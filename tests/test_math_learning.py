@@ -1,0 +1,23 @@
+"""GRPO teaches the shipped tiny model arithmetic: a smaller budget than notebook 06, a clear rise.
+
+The notebook's default run (600 steps) takes held-out greedy accuracy from about 45% to about
+77%; here 150 steps of the same configuration (the learning rate decays to 0 over those 150)
+must add at least 10 points on the 500 held-out problems (seeds 0, 1 and 2 gained 20, 20 and
+21 when this test was written). Seeded; no timing is asserted.
+"""
+
+from __future__ import annotations
+
+from grpo_minimal.config import MathConfig
+from grpo_minimal.lm import train_math
+
+
+def test_a_short_grpo_run_raises_held_out_accuracy():
+    cfg = MathConfig(device="cpu", max_steps=150, eval_every=0, eval_n=500, seed=0)
+    trainer, history = train_math(cfg, progress=False)
+    before, after = history[0]["eval_accuracy"], history[-1]["eval_accuracy"]
+    assert history[0]["eval_n"] == 500 and history[-1]["step"] == 150
+    assert 0.3 <= before <= 0.7, before  # the shipped model is only partly competent
+    assert after - before >= 0.10, (before, after)
+    rewards = [r["reward_mean"] for r in history[1:]]
+    assert sum(rewards[-50:]) / 50 > sum(rewards[:50]) / 50  # the sampled reward rises too
