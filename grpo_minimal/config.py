@@ -336,11 +336,16 @@ class MathConfig(GRPOConfig):
 
     @classmethod
     def for_device(cls, device: str = "auto", **overrides) -> MathConfig:
-        """The CPU defaults, or ``GPU_DEFAULTS`` when ``device`` is (or auto-detects) CUDA."""
+        """The CPU defaults, or ``GPU_DEFAULTS`` when ``device`` is (or auto-detects) CUDA.
+
+        Asking for the shipped tiny model (``model="tiny"``) keeps the CPU lesson's settings on
+        any device: the real-model settings (chat template, long completions) do not fit it.
+        """
         import torch
 
         cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-        values = dict(cls.GPU_DEFAULTS) if cuda else {}
+        real_model = overrides.get("model", cls.GPU_DEFAULTS.get("model")) != "tiny"
+        values = dict(cls.GPU_DEFAULTS) if cuda and real_model else {}
         values.update(overrides)
         return cls(device=device, **values)
 

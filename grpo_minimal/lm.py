@@ -147,13 +147,19 @@ def format_prompt(question: str, tokenizer, template: str) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def check_rows(rows: Sequence[dict], name: str) -> None:
-    """A data set must have rows, each with a string ``prompt``."""
+def check_rows(rows: Sequence[dict], name: str, needs_answer: bool = False) -> None:
+    """A data set must have rows, each with a string ``prompt`` (and an ``answer`` when the
+    accuracy reward scores it)."""
     if len(rows) == 0:
         raise ValueError(f"the {name} dataset is empty: it needs at least one row with a prompt")
     for index, row in enumerate(rows):
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
             raise ValueError(f"{name} row {index} needs a string 'prompt' field, got {row!r:.120}")
+        if needs_answer and row.get("answer") is None:
+            raise ValueError(
+                f"{name} row {index} needs an 'answer' field (the gold the accuracy reward "
+                f"compares with), got {row!r:.120}"
+            )
 
 
 def check_prompt_lengths(prompts: Sequence[str], tokenizer, model, max_new_tokens: int) -> None:
@@ -332,11 +338,17 @@ def score_completions(
     for j, func in enumerate(reward_funcs):
         name = _reward_name(func)
         try:
-            values = list(_call_reward(func, prompts, completions, rows))
+            values = _call_reward(func, prompts, completions, rows)
         except Exception as err:
             index = _first_failing_completion(func, prompts, completions, rows)
             where = "" if index is None else f"on completion {index} ({completions[index]!r:.80})"
             raise RuntimeError(f"reward function {name!r} raised {where}: {err!r}") from err
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+            raise ValueError(
+                f"reward function {name!r} returned {values!r:.80} for {n} completions; "
+                "it must return a list with one reward (a number, or None) per completion"
+            )
+        values = list(values)
         if len(values) != n:
             raise ValueError(
                 f"reward function {name!r} returned {len(values)} values for {n} completions; "
@@ -541,7 +553,13 @@ class LMGRPOTrainer:
     def micro_batches(self, rollout: Rollout) -> list[tuple[slice, Rollout]]:
         """``gradient_accumulation_steps`` micro-batches of whole groups: (rows, micro-rollout)."""
         G, prompts = rollout.num_generations, rollout.prompt_ids.shape[0]
-        size = prompts // self.cfg.gradient_accumulation_steps
+        accumulation = self.cfg.gradient_accumulation_steps
+        if prompts % accumulation:  # unequal micro-batches would weight the loss unevenly
+            raise ValueError(
+                f"gradient_accumulation_steps={accumulation} must divide the number of prompts "
+                f"in a step, got {prompts} prompts"
+            )
+        size = prompts // accumulation
         return [(slice(start * G, (start + size) * G), rollout.groups(start, start + size))
                 for start in range(0, prompts, size)]  # fmt: skip
 
@@ -644,7 +662,7 @@ def evaluate_accuracy(
 ) -> tuple[float, list[str]]:
     """Fraction of ``rows`` whose greedy completion is correct (``accuracy_reward``), and the
     completions. Prompts are formatted and cut as in training (``cfg``)."""
-    check_rows(rows, "evaluation")
+    check_rows(rows, "evaluation", needs_answer=True)
     device = next(model.parameters()).device
     amp = autocast(device, pick_dtype(device, cfg.dtype))
     eos_ids = eos_token_ids(model, tokenizer)
@@ -653,6 +671,7 @@ def evaluate_accuracy(
     for start in range(0, len(rows), batch_size):
         chunk = list(rows[start : start + batch_size])
         prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in chunk]
+        check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
         rollout = sample_completions(
             model, tokenizer, chunk, prompts, num_generations=1,
             max_new_tokens=cfg.max_completion_length, do_sample=False, eos_ids=eos_ids, amp=amp,
@@ -668,9 +687,11 @@ def evaluate_accuracy(
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, config: dict | None = None):
     """Write a Hugging Face checkpoint (safetensors, config, tokenizer) into ``out_dir``.
 
-    Every file is first written to a temporary folder inside ``out_dir``, then moved into place
-    with ``os.replace`` (atomic on one file system): a reader never sees a half-written file,
-    and an interrupted save leaves the previous checkpoint intact.
+    Every file is first written (and fsynced) to a temporary folder inside ``out_dir``, then
+    moved into place with ``os.replace`` (atomic on one file system): a reader never sees a
+    half-written file, and a save interrupted while writing leaves the previous checkpoint
+    intact. The moves are atomic file by file, not as a set; the weights move last, and within
+    one run they are the only file whose content changes between saves.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -681,7 +702,11 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, config: dict |
             tokenizer.save_pretrained(tmp)
         if config is not None:
             (tmp / "grpo_config.json").write_text(json.dumps(config, indent=2) + "\n")
-        for path in sorted(tmp.iterdir()):
+        for path in tmp.iterdir():  # on disk before any old file is replaced
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+        # weights last: within a run only they (and nothing the loader reads first) change
+        for path in sorted(tmp.iterdir(), key=lambda p: p.suffix == ".safetensors"):
             os.replace(path, out / path.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -734,8 +759,8 @@ def train_math(
     if eval_rows is None:
         held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
         eval_rows = load_math_rows(held_out, cfg.eval_split)
-    check_rows(train_rows, "training")
-    check_rows(eval_rows, "evaluation")
+    check_rows(train_rows, "training", needs_answer=reward_funcs is None)
+    check_rows(eval_rows, "evaluation", needs_answer=True)
     eval_rows = list(eval_rows)[: cfg.eval_n]
     trainer = LMGRPOTrainer(cfg, model, tokenizer, reward_funcs, reward_weights)
     prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in train_rows]
@@ -763,7 +788,7 @@ def train_math(
     bar = tqdm(total=cfg.max_steps, desc="GRPO " + Path(cfg.model).name, disable=not progress)
     try:
         for step in range(1, cfg.max_steps + 1):
-            if len(order) < cfg.prompts_per_step:  # a fresh shuffled pass over the data
+            while len(order) < cfg.prompts_per_step:  # fresh shuffled passes over the data
                 order += torch.randperm(len(train_rows), generator=generator).tolist()
             batch = [train_rows[i] for i in order[: cfg.prompts_per_step]]
             del order[: cfg.prompts_per_step]

@@ -34,7 +34,10 @@ marked, a phrase only counts if it states exactly one number ("The answer is the
 answer and each must hold exactly one number.
 
 All counted segments must agree: two boxed answers, two answer blocks, or an answer block and
-a "the answer is" phrase with different values are a hedge, and score 0.
+a "the answer is" phrase with different values are a hedge, and score 0. So are a negated phrase
+("the answer is not 5", "isn't"), a phrase that only says what the answer "might be" while
+disagreeing with a marked answer, and, when phrases are the answer, a different number after
+the last phrase's sentence ("The answer is 3. Or maybe 4.").
 
 Numbers
 -------
@@ -219,10 +222,23 @@ def parse_number(text: str) -> Fraction | None:
 # --- answer segments ----------------------------------------------------------------------------
 
 _PHRASE_RE = re.compile(
-    r"\banswer(?:\*\*)?[ \t]*(?:(?:is|was|would be|will be)\b|[:=])(?:[ \t]*:)?(?:\*\*(?= ))?",
+    r"\banswer(?:\*\*)?[ \t]*"
+    r"(?:(?:is|was)(?=n't\b)|(?:is|was|(?:would|will|might|could|may|should) be)\b|[:=])"
+    r"(?:[ \t]*:)?(?:\*\*(?= ))?",
     re.IGNORECASE,
 )
 _SENTENCE_END_RE = re.compile(r"\.(?:\s|$)|<")  # a phrase ends at its sentence or at a tag
+_NEGATION_RE = re.compile(r"\s*(?:not\b|n't\b)", re.IGNORECASE)  # "the answer is not 5"
+
+
+def _after_last_phrase(visible: str) -> str:
+    """The text after the sentence of the last "the answer is ..." phrase ("" if none)."""
+    last = next(reversed(list(_PHRASE_RE.finditer(visible))), None)
+    if last is None:
+        return ""
+    end = _line_end(visible, last.end())
+    stop = _SENTENCE_END_RE.search(visible, last.end(), end)
+    return visible[end if stop is None else stop.start() :]
 _BRACE_RE = re.compile(r"[{}]")
 
 
@@ -337,6 +353,8 @@ def _extract(text: str) -> tuple[str, Fraction] | None:
             return None
         stated.append(found)
     for segment in phrases:
+        if _NEGATION_RE.match(segment):
+            return None  # "the answer is not 5" states no answer, and hides a 5
         numbers = _segment_numbers(segment)
         if numbers is not None and len(numbers) == 1:
             stated.extend(numbers)
@@ -348,6 +366,12 @@ def _extract(text: str) -> tuple[str, Fraction] | None:
         return _single_number(lines[-1].rpartition("=")[2]) if lines else None
     if len({value for _, value in stated}) != 1:
         return None  # several different final answers: a hedge
+    if not marked:  # "The answer is 3. Or maybe 4.": a different number after the phrase
+        tail = _after_last_phrase(_strip_think(text))
+        for match in _NUMBER_RE.finditer(tail):
+            value = _token_value(match)
+            if value is not None and value != stated[-1][1]:
+                return None
     return stated[-1]
 
 

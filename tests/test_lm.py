@@ -244,6 +244,14 @@ def test_bad_rewards_are_clear_errors(values, message):
         score_completions([bad], [1.0], ["p"] * 3, ["a", "b", "c"], [{"prompt": "p"}] * 3)
 
 
+def test_a_reward_that_returns_one_number_is_a_clear_error():
+    def scalar(completions, **kw):
+        return 1.0
+
+    with pytest.raises(ValueError, match=r"'scalar' returned 1.0 for 3 completions.*a list"):
+        score_completions([scalar], [1.0], ["p"] * 3, ["a", "b", "c"], [{"prompt": "p"}] * 3)
+
+
 def test_a_raising_reward_names_the_completion():
     def picky(completions, **kw):
         return [1.0 / (len(c) - 3) for c in completions]  # "abc" divides by zero
@@ -294,6 +302,36 @@ def test_prompt_longer_than_the_context_is_a_clear_error(tiny):
         train_math(small_cfg(), model, tokenizer, train_rows=[{"prompt": long_prompt, "answer": "1"}],
                    eval_rows=ROWS, progress=False)  # fmt: skip
     check_prompt_lengths(["1+1="], tokenizer, model, context - 4)  # exactly fits
+
+
+def test_evaluation_checks_prompt_length_and_answers(tiny):
+    model, tokenizer = tiny
+    long_prompt = "1+" * model.config.max_position_embeddings + "1="
+    with pytest.raises(ValueError, match="prompt 0 is"):
+        evaluate_accuracy(model, tokenizer, [{"prompt": long_prompt, "answer": "1"}], small_cfg())
+    with pytest.raises(ValueError, match="evaluation row 1 needs an 'answer' field"):
+        evaluate_accuracy(model, tokenizer, [ROWS[0], {"prompt": "1+1="}], small_cfg())
+    with pytest.raises(ValueError, match="training row 0 needs an 'answer' field"):
+        train_math(small_cfg(), model, tokenizer, train_rows=[{"prompt": "1+1="}],
+                   eval_rows=ROWS, progress=False)  # fmt: skip
+
+
+def test_a_step_refuses_prompts_that_do_not_split_into_micro_batches():
+    trainer = fresh_trainer([position_reward], prompts_per_step=2, gradient_accumulation_steps=2)
+    with pytest.raises(ValueError, match="gradient_accumulation_steps=2 must divide.*got 3"):
+        trainer.step(ROWS)
+
+
+def test_a_dataset_smaller_than_a_step_still_fills_the_step(tmp_path):
+    _, history = train_math(
+        small_cfg(prompts_per_step=4, eval_n=3), train_rows=ROWS[:1], eval_rows=ROWS,
+        progress=False,
+    )  # fmt: skip
+    steps = history[1:]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:  # 4 prompts x 4 generations were sampled although the dataset holds one row
+        assert abs(r["completions_per_s"] * r["step_s"] - 16) < 0.5
+        assert math.isfinite(r["loss"])
 
 
 def test_chat_templates_need_a_chat_tokenizer(tiny):
@@ -461,6 +499,9 @@ def test_gpu_defaults_are_the_real_model_configuration():
     assert cfg.prompt_template == "r1" and cfg.gradient_checkpointing
     assert MathConfig.for_device("cpu").model == "tiny"
     assert MathConfig.for_device("cuda", max_steps=5).max_steps == 5
+    tiny_on_gpu = MathConfig.for_device("cuda", model="tiny")  # the tiny model keeps its lesson
+    assert tiny_on_gpu.prompt_template == "plain" and tiny_on_gpu.dataset == "arithmetic"
+    assert tiny_on_gpu.device == "cuda"
 
 
 @pytest.mark.parametrize(

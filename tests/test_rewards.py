@@ -75,6 +75,11 @@ CASES = [
     ("The answer is 7.\n\\boxed{8}", "8", 0.0, "phrase disagrees with boxed"),
     ("The answer is the sum: 3 + 4 = 7.\n\\boxed{7}", "7", 1.0, "prose phrase, boxed decides"),
     ("The answer is 6*7", "42", 0.0, "phrase with an expression"),
+    ("The answer is 3. Or maybe 4.", "3", 0.0, "a different number after the phrase"),
+    ("The answer is 4. Yes: 4 apples.", "4", 1.0, "the same number after the phrase"),
+    ("The answer is not 5.", "5", 0.0, "negated phrase"),
+    ("The answer isn't 5", "5", 0.0, "negated phrase, contracted"),
+    ("<answer>3</answer> but the answer might be 4", "3", 0.0, "hedge after an answer block"),
     # fallback: the last line, after its last '='
     ("68", "68", 1.0, "bare number"),
     ("23+45=68", "68", 1.0, "char-level model output"),
