@@ -28,6 +28,10 @@ lint: setup
 
 bench: setup
 	$(PY) bench/cartpole.py
+	$(PY) bench/ppo_vs_grpo.py --variants
+	$(PY) bench/rewards.py
+	$(PY) bench/widgets.py
+	$(PY) bench/llm_step.py
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
