@@ -229,6 +229,7 @@ _PHRASE_RE = re.compile(
 )
 _SENTENCE_END_RE = re.compile(r"\.(?:\s|$)|<")  # a phrase ends at its sentence or at a tag
 _NEGATION_RE = re.compile(r"\s*(?:not\b|n't\b)", re.IGNORECASE)  # "the answer is not 5"
+_BRACE_RE = re.compile(r"[{}]")
 
 
 def _after_last_phrase(visible: str) -> str:
@@ -239,7 +240,6 @@ def _after_last_phrase(visible: str) -> str:
     end = _line_end(visible, last.end())
     stop = _SENTENCE_END_RE.search(visible, last.end(), end)
     return visible[end if stop is None else stop.start() :]
-_BRACE_RE = re.compile(r"[{}]")
 
 
 def _strip_think(text: str) -> str:

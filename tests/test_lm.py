@@ -322,7 +322,7 @@ def test_a_step_refuses_prompts_that_do_not_split_into_micro_batches():
         trainer.step(ROWS)
 
 
-def test_a_dataset_smaller_than_a_step_still_fills_the_step(tmp_path):
+def test_a_dataset_smaller_than_a_step_still_fills_the_step():
     _, history = train_math(
         small_cfg(prompts_per_step=4, eval_n=3), train_rows=ROWS[:1], eval_rows=ROWS,
         progress=False,
