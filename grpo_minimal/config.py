@@ -43,8 +43,28 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
+class ValidatedConfig:
+    """What every config dataclass shares: validation on construction, field types, ``to_dict``."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check that int and bool fields hold values of their type (``True`` is not an int)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int) and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"{f.name} must be an integer, got {value!r}")
+            if f.type in ("bool", bool) and not isinstance(value, bool):
+                raise ValueError(f"{f.name} must be True or False, got {value!r}")
+
+    def to_dict(self) -> dict:
+        """Plain dict of the fields (for JSON metrics and checkpoints)."""
+        return asdict(self)
+
+
 @dataclass
-class GRPOConfig:
+class GRPOConfig(ValidatedConfig):
     """The GRPO objective's knobs, shared by every trainer in the course."""
 
     num_generations: int = 8
@@ -72,11 +92,9 @@ class GRPOConfig:
     seed: int = 0
     """seed for random, numpy, torch and environment resets"""
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> None:
         """Check every field; subclasses extend this and call ``super().validate()``."""
+        super().validate()
         check_range("num_generations", self.num_generations, 2)
         check_range("beta", self.beta, 0.0)
         check_range("epsilon", self.epsilon, 0.0, 1.0, low_open=True, high_open=True)
@@ -88,13 +106,6 @@ class GRPOConfig:
         check_range("ref_update_every", self.ref_update_every, 0)
         check_range("learning_rate", self.learning_rate, 0.0, low_open=True)
         check_range("max_grad_norm", self.max_grad_norm, 0.0)
-        for f in fields(self):
-            if f.type in ("int", int) and not isinstance(getattr(self, f.name), int):
-                raise ValueError(f"{f.name} must be an integer, got {getattr(self, f.name)!r}")
-
-    def to_dict(self) -> dict:
-        """Plain dict of the fields (for JSON metrics and checkpoints)."""
-        return asdict(self)
 
 
 ADVANTAGE_MODES = ("per_step", "all_steps", "episode")
@@ -154,7 +165,7 @@ class CartPoleConfig(GRPOConfig):
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(ValidatedConfig):
     """PPO with a learned critic and GAE(lambda) on a discrete-action gymnasium environment.
 
     The defaults are the standard CartPole-v1 configuration of CleanRL's ``ppo.py`` (500k steps,
@@ -208,17 +219,9 @@ class PPOConfig:
     seed: int = 0
     """seed for random, numpy, torch and environment resets"""
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> None:
         """Check every field; a bad value raises ``ValueError`` naming the field."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("int", int) and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ValueError(f"{f.name} must be an integer, got {value!r}")
-            if f.type in ("bool", bool) and not isinstance(value, bool):
-                raise ValueError(f"{f.name} must be True or False, got {value!r}")
+        super().validate()
         check_range("total_env_steps", self.total_env_steps, 1)
         check_range("num_envs", self.num_envs, 1)
         check_range("num_steps", self.num_steps, 1)
@@ -240,10 +243,6 @@ class PPOConfig:
         check_range("hidden_size", self.hidden_size, 1)
         check_range("eval_episodes", self.eval_episodes, 1)
         check_range("solve_threshold", self.solve_threshold)
-
-    def to_dict(self) -> dict:
-        """Plain dict of the fields (for JSON metrics and checkpoints)."""
-        return asdict(self)
 
 
 PROMPT_TEMPLATES = ("plain", "r1", "boxed")

@@ -19,6 +19,8 @@ from grpo_minimal import CartPoleConfig, GRPOConfig
         ("learning_rate", 0.0, "learning_rate"),
         ("learning_rate", float("nan"), "learning_rate"),
         ("num_generations", 4.5, "num_generations must be an integer"),
+        ("num_generations", True, "num_generations must be an integer, got True"),
+        ("use_bias_correction_kl", 1, "use_bias_correction_kl must be True or False, got 1"),
         ("ref_update_every", -1, "ref_update_every"),
     ],
 )
