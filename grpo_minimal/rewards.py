@@ -2,7 +2,11 @@ r"""Verifiable math rewards: safe answer extraction, exact comparison and format
 
 A verifiable reward reads the final answer out of a completion and compares it with the gold
 answer. No learned reward model, just rules. The rules below are the whole grader; notebook 05
-walks through each one with examples.
+walks through each one with examples. Its equations, numbered as there::
+
+    (17) r_acc(o, a*) = 1[value(extract(o)) == value(a*)]                        accuracy_reward
+    (18) r_fmt(o) = 1[o == <think>t</think><answer>y</answer>, t and y non-empty]  format_reward
+    (19) r(o) = w_acc r_acc(o, a*) + w_fmt r_fmt(o), w_acc = 1, w_fmt = 0.2       combined_reward
 
 Where the answer is read from (the "answer segments")
 -----------------------------------------------------
@@ -42,15 +46,30 @@ the last phrase's sentence ("The answer is 3. Or maybe 4.").
 Numbers
 -------
 ASCII digits, an optional sign (``-``, ``+`` or the unicode minus), an optional ``$`` (or ``\$``),
-thousands separators in groups of three (``1,080``), decimals (``72.0``, ``.5``), fractions
-``a/b``, ``\frac{a}{b}``, ``\dfrac``, ``\tfrac`` and ``\frac12``, spaces around ``/`` and inside
-the braces. Values are exact ``fractions.Fraction`` objects, so ``"1/2" == "0.5" == "\frac{1}{2}"``
-and ``"72.0" == "72"``; there is no float tolerance (``0.33`` is not ``1/3``).
+thousands separators in groups of three (``1,080``; not ``0,500``, which may be a decimal
+comma), decimals (``72.0``, ``.5``), fractions ``a/b``, ``\frac{a}{b}``, ``\dfrac``, ``\tfrac``
+and ``\frac12``, spaces around ``/`` and inside the braces. Values are exact
+``fractions.Fraction`` objects, so ``"1/2" == "0.5" == "\frac{1}{2}"`` and ``"72.0" == "72"``;
+there is no float tolerance (``0.33`` is not ``1/3``). The same grammar holds inside ``\frac``
+braces, thousands separators included: ``\frac{1,000}{3}`` is 1000/3.
+
+A number is a whole token, never cut short. A token that goes on with a letter, a digit, an
+underscore, a second decimal point or a bad thousands group is not a number at all, and since
+every digit in a segment must belong to a number, the segment then gives no answer (reward 0).
+So ``"72.5km"`` is not 72 (nor 72.5), ``"3.14.15"`` is not 3.14, ``"1,080km"`` is not 1, and
+``"5.0e3"`` is not 5. Why refuse rather than guess: a glued suffix can change the value
+(``"10k"`` is 10,000, ``"5.0e3"`` is 5,000, ``"0x1F"`` is 31), so the only safe readings are the
+whole token or nothing. A unit is accepted when whitespace or LaTeX markup separates it:
+``"72 km"`` and ``"72\,\text{km}"`` are 72, ``"72.5 km"`` is 72.5, ``"72km"`` gives no answer.
+A period followed by a non-digit ends a sentence (``"It is 72."``, ``"72.Done"`` are 72).
 
 A trailing ``%`` (or ``\%``) is dropped: ``"50%"`` equals 50, not 0.5, because GSM8K-style golds
 write percentages as plain numbers ("What percent ...? #### 50"). Not supported, so not an
-answer: scientific notation (``1e5``), mixed numbers (``1 1/2``), digits from other scripts
-(``"٤٢"``, full-width digits), numbers glued to letters (``"42km"``, ``"5th"``).
+answer: scientific notation (``1e5``, ``5.0e3``: refused, never read as 1 or 5; exact values
+would be possible, but ``1e999999999`` is a short string with a billion-digit value), mixed
+numbers (``1 1/2``), spaces as thousands separators (``1 080`` is two numbers), digits from
+other scripts (``"٤٢"``, full-width digits), digits glued to letters (``"42km"``, ``"5th"``,
+``"x2"``).
 
 Safety
 ------
@@ -115,18 +134,20 @@ R1_SYSTEM_PROMPT = (
 
 # --- numbers ------------------------------------------------------------------------------------
 
-_INT = r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)"  # 1,080 or 1080
+_INT = r"(?:[1-9][0-9]{0,2}(?:,[0-9]{3})+(?![0-9])|[0-9]+)"  # 1,080 or 1080 (not 0,500)
 _DEC = rf"(?:{_INT}(?:\.[0-9]+)?|\.[0-9]+)"  # 72, 72.0, .5
-_SIGNED = r"[-+\u2212]?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"  # inside \frac braces
+_SIGNED = rf"[-+\u2212]?{_DEC}"  # inside \frac braces: the same grammar, plus a sign
 _NUMBER_RE = re.compile(
-    r"(?<![0-9A-Za-z_.])"  # not the middle of a word or of another number
+    r"(?<![0-9A-Za-z_.])(?<![0-9],)"  # not the middle of a word or of another number
     r"(?P<sign>[-+\u2212]?)(?:\\?\$ ?)?(?P<sign2>[-\u2212]?)"  # -$5, $-5, +5, \$5
     r"(?:"
     rf"\\[dt]?frac *\{{ *(?P<fnum>{_SIGNED}) *\}} *\{{ *(?P<fden>{_SIGNED}) *\}}"  # \frac{1}{2}
     r"|\\[dt]?frac(?P<snum>[0-9])(?P<sden>[0-9])"  # \frac12
     rf"|(?P<num>{_DEC})(?: */ *(?P<den>{_DEC}))?"  # 1,080.5 and 3/4
     r")"
-    r"(?![0-9A-Za-z_])"  # not glued to a word: 42km and 5th are not numbers
+    # The whole token or nothing: without this the regex would backtrack out of "72.5km" (to
+    # 72), "3.14.15" (to 3.14), "5.0e3" (to 5) or "1,080km" (to 1) and match a shorter number.
+    r"(?![0-9A-Za-z_]|[.,][0-9])"
     r"(?: ?\\?%)?"  # a trailing % is dropped: 50% == 50
 )
 # Markup that may surround an answer; removed before looking for leftover math.
@@ -137,6 +158,8 @@ _MARKUP_RE = re.compile(
 _BOLD_RE = re.compile(r"\*\*([^*\n]{1,100}?)\*\*")  # markdown **42**
 # Math left over once numbers and markup are gone: the segment is an expression, not an answer.
 _LEFTOVER_MATH_RE = re.compile(r"[\\^_*+/\-\u2212<>!|\u00d7\u00f7\u00b7\u221a\u03c0\u221e]")
+# A digit left over is part of a token that is not a number (72.5km, 3.14.15, x2, 5th).
+_DIGIT_RE = re.compile(r"\d")  # any script's decimal digits, so "42 (٤٢)" is no answer either
 
 
 def _decimal(text: str) -> Fraction | None:
@@ -170,8 +193,8 @@ def _segment_numbers(segment: str) -> list[tuple[str, Fraction]] | None:
     """The distinct numbers of one answer segment, in order, as (text, value).
 
     Returns None when the segment holds something that is not a plain number (an unparseable
-    number or math left over, such as ``\\sqrt{2}`` or ``2^10``). Stops after two distinct values,
-    since two already make a hedge.
+    number, a digit outside any number as in ``72.5km``, or math left over, such as ``\\sqrt{2}``
+    or ``2^10``). Stops after two distinct values, since two already make a hedge.
     """
     segment = _BOLD_RE.sub(r" \1 ", segment)
     found: dict[Fraction, str] = {}
@@ -192,7 +215,7 @@ def _segment_numbers(segment: str) -> list[tuple[str, Fraction]] | None:
             return [(text, val) for val, text in found.items()]
     leftover.append(segment[last:])
     rest = _MARKUP_RE.sub(" ", " ".join(leftover))
-    if _LEFTOVER_MATH_RE.search(rest):
+    if _LEFTOVER_MATH_RE.search(rest) or _DIGIT_RE.search(rest):
         return None
     return [(text, val) for val, text in found.items()]
 
@@ -206,7 +229,7 @@ def _single_number(segment: str) -> tuple[str, Fraction] | None:
 
 
 def parse_number(text: str) -> Fraction | None:
-    r"""Exact value of a text that states one number, e.g. ``"1,080"``, ``"\frac{1}{2}"``, ``"50%"``.
+    r"""Exact value of a text that states one number: ``"1,080"``, ``"\frac{1}{2}"``, ``"50%"``.
 
     Returns None for anything else: no number, several numbers, an expression, too long.
 
@@ -338,6 +361,18 @@ def answer_segments(text: str) -> tuple[list[str], list[str]] | None:
     return marked, phrases
 
 
+def _states_another_number(text: str, value: Fraction) -> bool:
+    """True if ``text`` has a number other than ``value``, or digits that are not a number."""
+    leftover, last = [], 0
+    for match in _NUMBER_RE.finditer(text):
+        if _token_value(match) != value:
+            return True
+        leftover.append(text[last : match.start()])
+        last = match.end()
+    leftover.append(text[last:])
+    return _DIGIT_RE.search(" ".join(leftover)) is not None  # "Or maybe 4km."
+
+
 def _extract(text: str) -> tuple[str, Fraction] | None:
     """The final answer of a completion as (text, exact value), or None (see module docstring)."""
     if not isinstance(text, str) or len(text) > MAX_COMPLETION_CHARS:
@@ -367,11 +402,8 @@ def _extract(text: str) -> tuple[str, Fraction] | None:
     if len({value for _, value in stated}) != 1:
         return None  # several different final answers: a hedge
     if not marked:  # "The answer is 3. Or maybe 4.": a different number after the phrase
-        tail = _after_last_phrase(_strip_think(text))
-        for match in _NUMBER_RE.finditer(tail):
-            value = _token_value(match)
-            if value is not None and value != stated[-1][1]:
-                return None
+        if _states_another_number(_after_last_phrase(_strip_think(text)), stated[-1][1]):
+            return None
     return stated[-1]
 
 
@@ -469,7 +501,7 @@ def _correct(completion: Any, gold: Fraction) -> float:
 def accuracy_reward(
     completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any
 ) -> list[float]:
-    r"""Outcome reward: 1.0 when a completion's final answer equals its gold, else 0.0.
+    r"""Outcome reward, equation (17): 1.0 when the final answer equals the gold, else 0.0.
 
     Args:
         completions: strings or TRL conversational completions, one per sample.
@@ -519,7 +551,7 @@ def is_r1_format(text: str) -> bool:
 
 
 def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """Format reward: 1.0 for the strict R1 format (see `is_r1_format`), else 0.0.
+    """Format reward, equation (18): 1.0 for the strict R1 format (see `is_r1_format`), else 0.0.
 
     Same calling convention as `accuracy_reward`; extra keyword arguments are ignored.
     """
@@ -529,7 +561,7 @@ def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
 def make_combined_reward(
     accuracy_weight: float = 1.0, format_weight: float = 0.2
 ) -> Callable[..., list[float]]:
-    """A reward function ``accuracy_weight * accuracy + format_weight * format``.
+    """A reward function ``accuracy_weight * accuracy + format_weight * format``, equation (19).
 
     TRL can also weight several reward functions itself (``GRPOConfig(reward_weights=...)``);
     one combined function is handy outside TRL and keeps the two weights in one place.

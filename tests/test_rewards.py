@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import re
+import string
 from fractions import Fraction
 from pathlib import Path
 
@@ -94,6 +96,7 @@ CASES = [
     ("1,080", "1080", 1.0, "thousands"),
     ("1,234,567", "1234567", 1.0, "several thousands groups"),
     ("1,08", "108", 0.0, "bad thousands group"),
+    ("0,500", "500", 0.0, "a leading 0 group is a decimal comma, not thousands"),
     ("$18", "18", 1.0, "dollar"),
     (r"\$18.00", "18", 1.0, "latex dollar and cents"),
     ("-$5", "-5", 1.0, "minus dollar"),
@@ -124,6 +127,26 @@ CASES = [
     ("42 apples", "42", 1.0, "unit word"),
     ("42km", "42", 0.0, "number glued to letters"),
     ("1e5", "100000", 0.0, "scientific notation unsupported"),
+    # a number is the whole token or nothing: never a shorter number (module docstring)
+    (r"\boxed{72.5km}", "72", 0.0, "glued unit: 72.5km is not 72"),
+    (r"\boxed{72.5km}", "72.5", 0.0, "glued unit: 72.5km is not 72.5 either"),
+    ("<answer>72.5kg</answer>", "72", 0.0, "glued unit in an answer block"),
+    (r"\boxed{1,080.5km}", "1080", 0.0, "glued unit after thousands and decimals"),
+    ("1,080km", "1", 0.0, "glued unit after thousands is not 1"),
+    (r"\boxed{5.0e3}", "5", 0.0, "exponent is not cut to 5"),
+    (r"\boxed{5.0e3}", "5000", 0.0, "exponent is refused, not read as 5000"),
+    ("3.14.15", "3.14", 0.0, "second decimal point"),
+    ("1/2.5.3", "0.4", 0.0, "second decimal point in a denominator"),
+    ("3.14x", "3", 0.0, "decimal glued to a letter is not its integer part"),
+    ("The answer is 72 (or 72.5km).", "72", 0.0, "a glued token in the phrase is not prose"),
+    ("The answer is 72. Or maybe 72.5km.", "72", 0.0, "a glued token after the phrase"),
+    ("The answer is 42 (\u0664\u0662).", "42", 0.0, "digits outside a number, other script"),
+    ("72 km", "72", 1.0, "unit after a space"),
+    ("72.5 km", "72.5", 1.0, "unit after a space keeps the decimals"),
+    (r"\boxed{72\,\text{km}}", "72", 1.0, "unit after latex markup"),
+    ("It is 72.Done", "72", 1.0, "a period before a letter ends the sentence"),
+    (r"\frac{1,000}{3}", "1000/3", 1.0, "thousands inside frac braces"),
+    (r"\frac{1,0000}{3}", "1/3", 0.0, "bad thousands group inside frac braces"),
     ("\u0664\u0662", "42", 0.0, "arabic-indic digits are not numbers"),
     ("\uff14\uff12", "42", 0.0, "full-width digits are not numbers"),
     ("9" * 41, "9", 0.0, "too many digits"),
@@ -156,6 +179,13 @@ def test_too_many_digits_gold_is_a_data_error():
         ("0.5", Fraction(1, 2)),
         ("50%", Fraction(50)),
         ("-$1,234.50", Fraction(-246900, 200)),
+        ("72 km", Fraction(72)),
+        (r"\frac{1,000}{3}", Fraction(1000, 3)),
+        ("72.5km", None),
+        ("1,080.5km", None),
+        ("5.0e3", None),
+        ("3.14.15", None),
+        ("1,0800", None),
         ("3 or 4", None),
         ("", None),
         ("x^2", None),
@@ -391,3 +421,72 @@ def test_any_text_scores_without_raising(text):
 def test_r1_format_accepts_any_clean_contents(think, ans):
     assert format_reward([R1.format(think, ans)]) == [1.0]
     assert format_reward([R1.format(think, ans) + R1.format(think, ans)]) == [0.0]
+
+
+# --- numbers are whole tokens ---------------------------------------------------------------------
+
+WRAPPERS = [
+    "{}",
+    "\\boxed{{{}}}",
+    R1.format("let me think", "{}"),
+    "The answer is {}.",
+    "**Answer:** {}",
+    "Work: 1 + 1 = 2\n#### {}",
+    "x = {}",
+]
+# The reference grammar of a plain number (sign and $ aside), written out here independently of
+# the module's regex: 1080, 1,080, 1,080.5, 72.0.
+PLAIN_NUMBER = re.compile(r"(?:[1-9][0-9]{0,2}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?")
+
+
+@st.composite
+def number_texts(draw) -> tuple[str, str]:
+    """(sign, body): an int or decimal, maybe with thousands commas, e.g. ("-$", "1,080.5")."""
+    n = draw(st.integers(0, pow(10, 12)))
+    body = f"{n:,}" if draw(st.booleans()) else str(n)
+    if draw(st.booleans()):
+        body += "." + draw(st.text(string.digits, min_size=1, max_size=3))
+    return draw(st.sampled_from(["", "-", "\u2212", "$", "-$"])), body
+
+
+letters = st.text(string.ascii_letters, min_size=1, max_size=4)
+digits = st.text(string.digits, min_size=1, max_size=4)
+continuations = st.one_of(
+    letters,  # km, kg, th, x, e
+    digits.map(lambda d: "." + d),  # a (second) decimal point
+    st.tuples(st.sampled_from("eE"), st.sampled_from(["", "+", "-"]), digits).map("".join),
+    digits.map(lambda d: "," + d),  # a thousands group, good or bad
+    digits.map(lambda d: "_" + d),
+    st.tuples(letters, digits).map("".join),  # x2, th1
+)
+
+
+def plain_value(sign: str, body: str) -> Fraction | None:
+    """The value of sign + body by the reference grammar, or None when body is not a number."""
+    if not PLAIN_NUMBER.fullmatch(body):
+        return None
+    value = Fraction(body.replace(",", ""))
+    return -value if sign.startswith(("-", "\u2212")) else value
+
+
+@settings(max_examples=300, deadline=None)
+@given(number=number_texts(), cont=continuations, wrapper=st.sampled_from(WRAPPERS))
+def test_a_number_is_never_cut_short(number, cont, wrapper):
+    """A glued continuation gives the whole, longer number or nothing: never the number before it.
+
+    ``72`` + ``.5`` is the number 72.5; ``72.5`` + ``km``, ``.3``, ``e3`` or ``,5`` is no number.
+    """
+    sign, body = number
+    whole = plain_value(sign, body + cont)
+    got = extract_value(wrapper.format(sign + body + cont))
+    assert got == whole  # None when the whole token is not a number
+    if whole != plain_value(sign, body):
+        assert accuracy_reward([wrapper.format(sign + body + cont)], [sign + body]) == [0.0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(number=number_texts(), unit=letters, wrapper=st.sampled_from(WRAPPERS))
+def test_a_unit_after_a_space_keeps_the_whole_number(number, unit, wrapper):
+    sign, body = number
+    assert extract_value(wrapper.format(f"{sign}{body} {unit}")) == plain_value(sign, body)
+    assert extract_value(wrapper.format(f"{sign}{body}{unit}")) is None  # glued: no number

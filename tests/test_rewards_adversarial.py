@@ -187,6 +187,17 @@ def nasty_corpus() -> list[object]:
         "<think></think><answer>7</answer>",
         "<think>x</think><answer>7</answer><answer>8</answer>",
         "<answer>7</answer>" * 100,
+        # the gold with a glued continuation: a grader that cuts numbers short pays for these
+        "\\boxed{31337.5km}",
+        "<answer>31337.5kg</answer>",
+        "\\boxed{31,337.5km}",
+        "#### 31337.0e3",
+        "31337.31337.1",
+        "The answer is 31,337km.",
+        "The answer is 31337x",
+        "x = 31337_1",
+        "The answer is 31337 (or 31337.5km).",
+        "The answer is 31337. Or maybe 31337.5km.",
     ]
     return corpus
 
