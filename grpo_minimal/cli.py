@@ -2,7 +2,7 @@
 
     grpo-minimal cartpole --seed 1 --out runs/cartpole
     grpo-minimal cartpole --algo ppo --seed 1 --out runs/cartpole-ppo
-    grpo-minimal evaluate cartpole --policy runs/cartpole/policy.pt --episodes 100 --seed 10000
+    grpo-minimal evaluate cartpole --policy runs/cartpole/policy.pt --episodes 100
     grpo-minimal math --out runs/math            # the tiny model on 2-digit addition (CPU)
     grpo-minimal evaluate math --model runs/math  # held-out greedy accuracy, one JSON line
 
@@ -22,7 +22,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .config import CartPoleConfig, PPOConfig
+from .config import (
+    CONFIRM_SEED,
+    HELD_OUT_SEED,
+    STOP_SEED,
+    TRAIN_SEED_LOW,
+    CartPoleConfig,
+    PPOConfig,
+)
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -82,15 +89,28 @@ def config_from_args(cls: type, args: argparse.Namespace):
     return cls(**{k: v for k, v in vars(args).items() if k in names})
 
 
-def run_cartpole(args: argparse.Namespace) -> dict:
-    """Train, write metrics.jsonl, policy.pt and learning_curve.png; return a summary."""
-    from .control import save_policy, train_cartpole
+def prepare_cartpole(args: argparse.Namespace):
+    """The config, validated, and a check that the environment is one the trainer can use."""
+    from .control import make_env
+
+    cfg = config_from_args(PPOConfig if args.algo == "ppo" else CartPoleConfig, args)
+    make_env(cfg.env_id).close()
+    return cfg
+
+
+def run_cartpole(args: argparse.Namespace, cfg) -> dict:
+    """Train, write metrics.jsonl, policy.pt and learning_curve.png; return a summary.
+
+    ``held_out_return`` is the greedy mean over 100 start states that took no part in training
+    or in the decision to stop (``control.HELD_OUT_SEED``): the figure to report.
+    """
+    from .control import HELD_OUT_SEED, evaluate_policy, save_policy, train_cartpole
     from .plots import learning_curve
     from .ppo import save_ppo_policy, train_ppo
 
-    ppo = args.algo == "ppo"
-    cfg = config_from_args(PPOConfig if ppo else CartPoleConfig, args)
-    train, save = (train_ppo, save_ppo_policy) if ppo else (train_cartpole, save_policy)
+    train, save = (
+        (train_ppo, save_ppo_policy) if args.algo == "ppo" else (train_cartpole, save_policy)
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / "metrics.jsonl"
@@ -109,6 +129,7 @@ def run_cartpole(args: argparse.Namespace) -> dict:
     )
     last = history[-1]
     solved_at = next((r for r in history if r.get("solved")), None)
+    held_out = evaluate_policy(policy, cfg.env_id, 100, HELD_OUT_SEED)
     return {
         "algo": args.algo,
         "env_id": cfg.env_id,
@@ -118,16 +139,26 @@ def run_cartpole(args: argparse.Namespace) -> dict:
         "wall_s": last["wall_s"],
         "updates": last["update"],
         "final_sampled_return": round(last["return_mean"], 2),
-        "greedy_return": last.get("eval_return"),
+        "stop_check_return": last.get("eval_return"),
+        "held_out_return": float(held_out.mean()),
+        "held_out_seeds": f"{HELD_OUT_SEED}-{HELD_OUT_SEED + 99}",
         "out": str(out),
     }
 
 
-def run_evaluate_cartpole(args: argparse.Namespace) -> dict:
-    """Greedy evaluation of a saved policy."""
-    from .control import evaluate_policy, load_policy
+def prepare_evaluate_cartpole(args: argparse.Namespace):
+    from .control import load_policy
 
-    policy, cfg = load_policy(args.policy)
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+    return load_policy(args.policy)
+
+
+def run_evaluate_cartpole(args: argparse.Namespace, loaded) -> dict:
+    """Greedy evaluation of a saved policy."""
+    from .control import evaluate_policy
+
+    policy, cfg = loaded
     returns = evaluate_policy(policy, cfg.env_id, args.episodes, args.seed)
     return {
         "env_id": cfg.env_id,
@@ -152,13 +183,22 @@ def _math_config(args: argparse.Namespace, saved: dict | None = None):
     return MathConfig.for_device(given.pop("device", "auto"), **given)
 
 
-def run_math(args: argparse.Namespace) -> dict:
+def prepare_math(args: argparse.Namespace):
+    """The config and the training / held-out rows (refused if they overlap)."""
+    from .lm import load_train_eval_rows
+
+    cfg = _math_config(args)
+    return cfg, *load_train_eval_rows(cfg)
+
+
+def run_math(args: argparse.Namespace, prepared) -> dict:
     """GRPO on a causal LM: HF checkpoint, metrics.jsonl and learning_curve.png in --out."""
     from .lm import plot_history, train_math
 
-    cfg = _math_config(args)
+    cfg, train_rows, eval_rows = prepared
     out = Path(args.out)
-    _, history = train_math(cfg, out_dir=out, progress=not args.no_progress)
+    _, history = train_math(cfg, train_rows=train_rows, eval_rows=eval_rows, out_dir=out,
+                            progress=not args.no_progress)  # fmt: skip
     plot_history(history, out / "learning_curve.png", title=f"GRPO on {cfg.dataset}")
     evals = [r for r in history if "eval_accuracy" in r]
     return {
@@ -170,25 +210,43 @@ def run_math(args: argparse.Namespace) -> dict:
         "accuracy_before": evals[0]["eval_accuracy"],
         "accuracy_after": evals[-1]["eval_accuracy"],
         "eval_n": evals[0]["eval_n"],
+        "eval_overlap": evals[0]["eval_overlap"],
         "out": str(out),
     }
 
 
-def run_evaluate_math(args: argparse.Namespace) -> dict:
+def prepare_evaluate_math(args: argparse.Namespace):
+    """The config (saved with the checkpoint, then flags) and the rows to score."""
+    from .lm import count_overlap, load_math_rows, resolve_model_name
+
+    saved_path = Path(resolve_model_name(args.model)) / "grpo_config.json"
+    saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
+    cfg = _math_config(args, saved)
+    if args.n < 1:
+        raise ValueError(f"--n must be at least 1, got {args.n}")
+    held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
+    rows = load_math_rows(held_out, cfg.eval_split)[: args.n]
+    overlap = count_overlap(load_math_rows(cfg.dataset, "train"), rows) if saved else 0
+    if overlap and not cfg.allow_eval_overlap:
+        raise ValueError(
+            f"{overlap} of {len(rows)} evaluation prompts are training prompts of this checkpoint "
+            f"({cfg.dataset!r}); give a held-out --eval-split FILE.jsonl, or "
+            "--allow-eval-overlap true to score them knowingly"
+        )
+    return cfg, rows, overlap
+
+
+def run_evaluate_math(args: argparse.Namespace, prepared) -> dict:
     """Greedy accuracy of a model (a checkpoint written by ``math``, or any causal LM)."""
     import torch
 
     from .control import seed_everything
     from .device import pick_device
-    from .lm import evaluate_accuracy, load_math_rows, load_model, resolve_model_name
+    from .lm import evaluate_accuracy, load_model
 
-    saved_path = Path(resolve_model_name(args.model)) / "grpo_config.json"
-    saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
-    cfg = _math_config(args, saved)
+    cfg, rows, overlap = prepared
     seed_everything(cfg.seed)
     model, tokenizer = load_model(args.model, pick_device(cfg.device))
-    held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
-    rows = load_math_rows(held_out, cfg.eval_split)[: args.n]
     with torch.no_grad():
         accuracy, _ = evaluate_accuracy(model, tokenizer, rows, cfg, args.batch_size)
     return {
@@ -197,6 +255,7 @@ def run_evaluate_math(args: argparse.Namespace) -> dict:
         "split": cfg.eval_split,
         "n": len(rows),
         "accuracy": accuracy,
+        "eval_overlap": overlap,
     }
 
 
@@ -228,7 +287,7 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     )
     cartpole.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_config_flags(cartpole, PPOConfig if algo == "ppo" else CartPoleConfig)
-    cartpole.set_defaults(func=run_cartpole)
+    cartpole.set_defaults(prepare=prepare_cartpole, func=run_cartpole)
 
     from .config import MathConfig
 
@@ -242,7 +301,11 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     math.add_argument("--out", default="runs/math", help="output folder (default: runs/math)")
     math.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_config_flags(math, MathConfig)
-    math.set_defaults(func=run_math, **{f.name: None for f in dataclasses.fields(MathConfig)})
+    math.set_defaults(
+        prepare=prepare_math,
+        func=run_math,
+        **{f.name: None for f in dataclasses.fields(MathConfig)},
+    )
 
     evaluate = commands.add_parser("evaluate", help="evaluate a trained policy or model")
     targets = evaluate.add_subparsers(dest="target", required=True)
@@ -254,9 +317,13 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         "--episodes", type=int, default=100, help="evaluation episodes (default: 100)"
     )
     ev_cartpole.add_argument(
-        "--seed", type=int, default=10_000, help="first reset seed (default: 10000)"
+        "--seed",
+        type=int,
+        default=HELD_OUT_SEED,
+        help=f"first reset seed (default: {HELD_OUT_SEED}, the held-out start states; training "
+        f"stops on {STOP_SEED}- and {CONFIRM_SEED}-, and trains on seeds >= {TRAIN_SEED_LOW})",
     )
-    ev_cartpole.set_defaults(func=run_evaluate_cartpole)
+    ev_cartpole.set_defaults(prepare=prepare_evaluate_cartpole, func=run_evaluate_cartpole)
     ev_math = targets.add_parser(
         "math",
         help="held-out greedy accuracy of a causal LM (prints one JSON line)",
@@ -291,17 +358,24 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     ev_math.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
     ev_math.add_argument("--batch-size", type=int, default=256, help="prompts per generate call")
     ev_math.add_argument("--seed", type=int, help="seed (default: 0)")
-    ev_math.set_defaults(func=run_evaluate_math)
+    ev_math.add_argument(
+        "--allow-eval-overlap",
+        dest="allow_eval_overlap",
+        type=_parse_bool,
+        help="score problems the checkpoint was trained on (default: refuse)",
+    )
+    ev_math.set_defaults(prepare=prepare_evaluate_math, func=run_evaluate_math)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(_peek_algo(argv))
     args = parser.parse_args(argv)
-    try:
-        summary = args.func(args)
-    except ValueError as err:  # bad config values: one clear line, no traceback
+    try:  # bad flags, files or data: one clear line, no traceback
+        prepared = args.prepare(args)
+    except ValueError as err:
         parser.exit(2, f"grpo-minimal: error: {err}\n")
+    summary = args.func(args, prepared)  # a bug inside training keeps its traceback
     print(json.dumps(summary))
     return 0
 

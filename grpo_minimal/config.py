@@ -108,6 +108,18 @@ class GRPOConfig(ValidatedConfig):
         check_range("max_grad_norm", self.max_grad_norm, 0.0)
 
 
+# CartPole start states come from four disjoint ranges of reset seeds (see control.py)
+STOP_SEED = 10_000
+"""First reset seed of the greedy check that decides to stop (screen and full check)."""
+CONFIRM_SEED = 20_000
+"""First reset seed of the second, fresh check that "solved" must also pass."""
+HELD_OUT_SEED = 100_000
+"""First reset seed of reported evaluations: these start states decide nothing."""
+TRAIN_SEED_LOW = 1_000_000
+"""Training groups draw reset seeds from [TRAIN_SEED_LOW, 2**31): never an evaluation state."""
+MAX_EVAL_EPISODES = CONFIRM_SEED - STOP_SEED
+"""More greedy episodes than this would run the stopping range into the confirming one."""
+
 ADVANTAGE_MODES = ("per_step", "all_steps", "episode")
 BASELINES = ("mean", "rloo")
 
@@ -161,7 +173,7 @@ class CartPoleConfig(GRPOConfig):
         check_choice("baseline", self.baseline, BASELINES)
         check_range("entropy_coef", self.entropy_coef, 0.0)
         check_range("hidden_size", self.hidden_size, 1)
-        check_range("eval_episodes", self.eval_episodes, 1)
+        check_range("eval_episodes", self.eval_episodes, 1, MAX_EVAL_EPISODES)
 
 
 @dataclass
@@ -241,7 +253,7 @@ class PPOConfig(ValidatedConfig):
         check_range("value_coef", self.value_coef, 0.0)
         check_range("max_grad_norm", self.max_grad_norm, 0.0)
         check_range("hidden_size", self.hidden_size, 1)
-        check_range("eval_episodes", self.eval_episodes, 1)
+        check_range("eval_episodes", self.eval_episodes, 1, MAX_EVAL_EPISODES)
         check_range("solve_threshold", self.solve_threshold)
 
 
@@ -299,6 +311,9 @@ class MathConfig(GRPOConfig):
     form); 0 uses the accuracy reward alone"""
     eval_n: int = 500
     """held-out problems for greedy accuracy (the first eval_n of the split)"""
+    allow_eval_overlap: bool = False
+    """measure "held-out" accuracy even when evaluation prompts are also training prompts (the
+    overlap is counted and logged); False refuses such a run"""
     eval_every: int = 100
     """also measure held-out accuracy every this many steps (0: only before and after)"""
     save_every: int = 0

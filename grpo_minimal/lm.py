@@ -327,6 +327,10 @@ def score_completions(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Step 2: the weighted reward of every completion, NaN where every function said ``None``.
 
+    Each function is called as TRL calls it: ``func(prompts=..., completions=..., **columns)``,
+    where ``prompts`` are the dataset's prompts (not the chat-formatted text the model saw) and
+    ``columns`` every other field of the dataset rows (e.g. ``answer``).
+
     Each function is called once on the whole batch. A function that raises is called again on
     one completion at a time to name the completion that breaks it; returning the wrong number
     of values, NaN, infinity or a non-number is an error naming the function and the index.
@@ -476,7 +480,8 @@ def completion_logps(
     log-softmax) is kept for the backward pass. Logits are divided by the sampling temperature,
     so these are the log-probs of the distribution the tokens were drawn from.
     """
-    logits = completion_logits(model, rollout, share_prompts).float() / temperature
+    logits = completion_logits(model, rollout, share_prompts)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # >= fp32
     token_logits = logits.gather(-1, rollout.completion_ids.unsqueeze(-1)).squeeze(-1)
     logps = token_logits - torch.logsumexp(logits, dim=-1)
     entropy = None
@@ -519,11 +524,10 @@ class LMGRPOTrainer:
         if cfg.gradient_checkpointing:  # renamed activation checkpointing in transformers 5
             enable = getattr(model, "activation_checkpointing_enable", None)
             (enable or model.gradient_checkpointing_enable)()
-        self.reference = None
-        if cfg.beta > 0:  # a frozen copy; in the compute dtype on a GPU (it is never trained)
-            self.reference = copy.deepcopy(model).requires_grad_(False).eval()
-            if self.device.type == "cuda":
-                self.reference.to(self.dtype)
+        # a frozen copy in the policy's own precision, run under the same autocast: the KL is
+        # exactly 0 until the policy moves (a reference cast to bf16 / fp16 would differ from
+        # the fp32 policy at once, and beta would pull the policy towards rounded weights)
+        self.reference = copy.deepcopy(model).requires_grad_(False).eval() if cfg.beta > 0 else None
         # fused: one kernel for all parameters (TRL's default, adamw_torch_fused, does the same)
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=True
@@ -582,9 +586,10 @@ class LMGRPOTrainer:
         rollout = self.sample(rows)
         sample_s = time.perf_counter() - start
         # 2. rewards (NaN = unscored), 3. group-relative advantages
+        # reward functions get the dataset's prompts, as TRL passes them, not the chat text
         rewards, reward_means = score_completions(
-            self.reward_funcs, self.reward_weights, rollout.prompts, rollout.completions,
-            rollout.rows,
+            self.reward_funcs, self.reward_weights, [r["prompt"] for r in rollout.rows],
+            rollout.completions, rollout.rows,
         )  # fmt: skip
         advantages = advantages_from_rewards(rewards, G, cfg.scale_rewards).to(self.device)
         # 4. log-probs held fixed during the update
@@ -724,6 +729,33 @@ def load_math_rows(dataset: str, split: str) -> list[dict]:
     return rows
 
 
+def load_train_eval_rows(cfg: MathConfig) -> tuple[list[dict], list[dict]]:
+    """Training rows and the first ``eval_n`` held-out rows of ``cfg``.
+
+    Held out means never trained on: evaluation rows whose prompt is also a training prompt are
+    an error (some datasets, e.g. ``gsm8k_sample`` or a ``.jsonl`` file, have one split, so
+    ``eval_split`` cannot separate them), unless ``allow_eval_overlap`` asks for it knowingly.
+    """
+    train_rows = load_math_rows(cfg.dataset, "train")
+    held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
+    eval_rows = load_math_rows(held_out, cfg.eval_split)[: cfg.eval_n]
+    overlap = count_overlap(train_rows, eval_rows)
+    if overlap and not cfg.allow_eval_overlap:
+        raise ValueError(
+            f"{overlap} of {len(eval_rows)} evaluation prompts ({held_out!r}, eval_split="
+            f"{cfg.eval_split!r}) are also training prompts ({cfg.dataset!r}), so the accuracy "
+            "would not be held out; give a held-out file (eval_split=FILE.jsonl) or set "
+            "allow_eval_overlap=True to measure on training problems knowingly"
+        )
+    return train_rows, eval_rows
+
+
+def count_overlap(train_rows: Sequence[dict], eval_rows: Sequence[dict]) -> int:
+    """How many evaluation rows have a prompt (ignoring surrounding spaces) seen in training."""
+    seen = {row["prompt"].strip() for row in train_rows}
+    return sum(row["prompt"].strip() in seen for row in eval_rows)
+
+
 def setup(cfg: MathConfig):
     """Seed, pick device and dtype, load the model and tokenizer: ``(model, tokenizer)``."""
     seed_everything(cfg.seed)
@@ -754,14 +786,19 @@ def train_math(
         model, tokenizer = setup(cfg)
     else:
         seed_everything(cfg.seed)
-    if train_rows is None:
-        train_rows = load_math_rows(cfg.dataset, "train")
-    if eval_rows is None:
-        held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
-        eval_rows = load_math_rows(held_out, cfg.eval_split)
+    if train_rows is None or eval_rows is None:
+        default_train, default_eval = load_train_eval_rows(cfg)
+        train_rows = default_train if train_rows is None else train_rows
+        eval_rows = default_eval if eval_rows is None else eval_rows
     check_rows(train_rows, "training", needs_answer=reward_funcs is None)
     check_rows(eval_rows, "evaluation", needs_answer=True)
     eval_rows = list(eval_rows)[: cfg.eval_n]
+    overlap = count_overlap(train_rows, eval_rows)
+    if overlap and not cfg.allow_eval_overlap:
+        raise ValueError(
+            f"{overlap} of {len(eval_rows)} evaluation prompts are also training prompts; "
+            "pass held-out eval_rows or set allow_eval_overlap=True"
+        )
     trainer = LMGRPOTrainer(cfg, model, tokenizer, reward_funcs, reward_weights)
     prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in train_rows]
     check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
@@ -781,7 +818,8 @@ def train_math(
             on_step(record)
 
     accuracy, _ = trainer.evaluate(eval_rows)
-    log({"step": 0, "train_s": 0.0, "eval_accuracy": accuracy, "eval_n": len(eval_rows)})
+    log({"step": 0, "train_s": 0.0, "eval_accuracy": accuracy, "eval_n": len(eval_rows),
+         "eval_overlap": overlap})  # fmt: skip
     generator = torch.Generator().manual_seed(cfg.seed)
     order: list[int] = []
     train_s = 0.0

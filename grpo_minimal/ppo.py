@@ -29,7 +29,7 @@ One update, top to bottom (``train_ppo``):
 3. take ``num_iterations`` epochs of ``num_minibatches`` clipped gradient steps on loss (14)
    (``ppo_update``), the learning rate decaying linearly to 0;
 4. when the sampled returns look good, evaluate the greedy actor exactly as GRPO's trainer does
-   (``control.evaluate_policy``: 10 episodes, then 100); stop once solved.
+   (``control.stopping_check``: 10 episodes, then 100, then 100 fresh ones); stop once solved.
 
 The actor is a ``control.CategoricalPolicy``, so evaluation, saving and the CLI treat a PPO policy
 and a GRPO policy alike; the critic is the only extra network.
@@ -53,11 +53,12 @@ from tqdm.auto import tqdm
 
 from .config import CartPoleConfig, PPOConfig
 from .control import (
+    TRAIN_SEED_LOW,
     CategoricalPolicy,
     load_policy,
     make_env,
-    screened_evaluation,
     seed_everything,
+    stopping_check,
 )
 from .losses import categorical_entropy, clipped_surrogate, kl_k3, policy_ratio
 
@@ -299,7 +300,8 @@ def train_ppo(
     num_updates = math.ceil(cfg.total_env_steps / batch_size)
 
     history: list[dict] = []
-    obs, _ = envs.reset(seed=cfg.seed)
+    # training start states come from seeds no evaluation uses (see control.TRAIN_SEED_LOW)
+    obs, _ = envs.reset(seed=TRAIN_SEED_LOW + cfg.seed * cfg.num_envs)
     running_returns = np.zeros(cfg.num_envs)
     returns = [0.0]  # until the first episode ends
     env_steps, eval_steps, start = 0, 0, time.perf_counter()
@@ -361,12 +363,9 @@ def train_ppo(
         }
         # 4. greedy evaluation with GRPO's rule: screened by 10 episodes while unsolved
         if record["return_mean"] >= 0.5 * cfg.solve_threshold:
-            mean, used = screened_evaluation(
-                agent.actor, cfg.env_id, cfg.eval_episodes, cfg.solve_threshold
-            )
-            eval_steps += used
-            record["eval_return"] = mean
-            record["solved"] = mean >= cfg.solve_threshold
+            check = stopping_check(agent.actor, cfg.env_id, cfg.eval_episodes, cfg.solve_threshold)
+            eval_steps += check.pop("env_steps")
+            record.update(check)
             record["wall_s"] = round(time.perf_counter() - start, 3)
         record["eval_env_steps"] = eval_steps
         history.append(record)

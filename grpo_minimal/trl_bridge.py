@@ -10,8 +10,9 @@ Settings that differ from TRL's defaults, and why:
   float32 by about 0.03, and a step is several times slower);
 - ``gradient_checkpointing`` as ours (TRL's default is True), ``lr_scheduler_type`` and
   ``weight_decay`` as ours, no warm-up: the same update rule;
-- ``max_steps = max_steps * num_iterations``: TRL counts optimizer steps, we count sampled
-  batches (each gives ``num_iterations`` optimizer steps);
+- ``max_steps = max_steps * num_iterations`` and ``ref_model_sync_steps = ref_update_every *
+  num_iterations``: TRL counts optimizer steps, we count sampled batches (each gives
+  ``num_iterations`` optimizer steps);
 - ``generation_batch_size = prompts_per_step * num_generations``, split into
   ``gradient_accumulation_steps`` micro-batches: one TRL optimizer step samples and learns from
   the same batch as one of ours.
@@ -66,7 +67,8 @@ def trl_grpo_config(cfg: MathConfig, output_dir: str, **overrides):
         num_iterations=cfg.num_iterations,
         use_bias_correction_kl=cfg.use_bias_correction_kl,
         sync_ref_model=cfg.ref_update_every > 0 and cfg.beta > 0,
-        ref_model_sync_steps=max(cfg.ref_update_every, 1),
+        # TRL counts optimizer steps: num_iterations of them per sampled batch
+        ref_model_sync_steps=max(cfg.ref_update_every, 1) * cfg.num_iterations,
         ref_model_mixup_alpha=1.0,
         disable_dropout=True,
         report_to="none",

@@ -4,9 +4,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.envs.classic_control import CartPoleEnv
 
-from grpo_minimal import CartPoleConfig
+from grpo_minimal import CartPoleConfig, control
 from grpo_minimal.control import (
+    CONFIRM_SEED,
+    HELD_OUT_SEED,
+    STOP_SEED,
+    TRAIN_SEED_LOW,
     CategoricalPolicy,
     EpisodeBatch,
     evaluate_policy,
@@ -39,11 +44,45 @@ def test_a_group_shares_its_start_state_and_rollouts_are_reproducible():
     assert a.terminated.all()
 
 
-def test_truncated_episode_is_not_marked_terminated():
-    # a 3-step time limit: the pole cannot fall that fast, so the episode is truncated
-    env = gym.wrappers.TimeLimit(make_env("CartPole-v1").unwrapped, max_episode_steps=3)
+def _short_cartpole(steps: int = 3) -> str:
+    """A CartPole whose time limit is ``steps``: the pole cannot fall that fast (truncation)."""
+    env_id = f"CartPoleShort{steps}-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=CartPoleEnv, max_episode_steps=steps)
+    return env_id
+
+
+def test_truncated_episodes_are_counted_as_truncated():
+    env = make_env(_short_cartpole())
     batch = run_episodes(CategoricalPolicy(4, 2), [env], [0], generator=torch.Generator())
     assert batch.num_steps == 3 and not batch.terminated[0]
+    # training reports the share of episodes cut by the time limit (all of them here)
+    cfg = CartPoleConfig(env_id=_short_cartpole(), total_env_steps=60, stop_when_solved=False)
+    history = train_cartpole(cfg, progress=False)[1]
+    assert [r["frac_truncated"] for r in history] == [1.0] * len(history)
+    random_policy = CartPoleConfig(total_env_steps=60, stop_when_solved=False)
+    assert train_cartpole(random_policy, progress=False)[1][0]["frac_truncated"] == 0.0
+
+
+def test_dr_grpo_divides_by_the_longest_possible_episode(monkeypatch):
+    """dr_grpo's normaliser is batch * max_episode_steps, a constant, not the padded length."""
+    seen, original = [], control.grpo_loss
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["max_completion_length"], args[0].shape[1]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(control, "grpo_loss", spy)
+    cfg = CartPoleConfig(loss_type="dr_grpo", total_env_steps=300, stop_when_solved=False)
+    train_cartpole(cfg, progress=False)
+    assert seen and all(limit == 500 for limit, _ in seen)  # CartPole-v1's time limit
+    assert all(padded < 500 for _, padded in seen)  # a random policy's episodes are shorter
+    # an environment without a time limit has no constant to divide by: a clear error
+    env_id = "CartPoleNoLimit-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=CartPoleEnv)
+    with pytest.raises(ValueError, match="dr_grpo.*time limit"):
+        train_cartpole(CartPoleConfig(env_id=env_id, loss_type="dr_grpo"), progress=False)
 
 
 def _batch(returns_per_episode, G):
@@ -123,3 +162,52 @@ def test_kl_to_a_refreshed_reference_is_reported():
     )
     history = train_cartpole(cfg, progress=False)[1]
     assert all(r["kl"] >= 0 for r in history) and any(r["kl"] > 0 for r in history)
+
+
+def test_stopping_confirming_and_held_out_start_states_are_disjoint(monkeypatch):
+    """Held out means never used to decide: record every reset seed of a run that stops."""
+    used: dict[str, set[int]] = {"train": set(), "decide": set(), "report": set()}
+    original = control.run_episodes
+
+    def recording(policy, envs, seeds, greedy=False, generator=None):
+        used["decide" if greedy else "train"].update(int(s) for s in seeds)
+        return original(policy, envs, seeds, greedy=greedy, generator=generator)
+
+    monkeypatch.setattr(control, "run_episodes", recording)
+    # a threshold a random policy reaches, so that the stopping check runs and passes
+    cfg = CartPoleConfig(seed=0, solve_threshold=5.0, eval_episodes=30, total_env_steps=5_000)
+    policy, history = train_cartpole(cfg, progress=False)
+    assert history[-1]["solved"] and "confirm_return" in history[-1]
+    stop = set(range(STOP_SEED, STOP_SEED + 30))
+    confirm = set(range(CONFIRM_SEED, CONFIRM_SEED + 30))
+    assert used["decide"] == stop | confirm  # the screen (10) lies inside the stopping set
+    assert min(used["train"]) >= TRAIN_SEED_LOW
+    decided = set(used["decide"])
+    used["decide"].clear()
+    evaluate_policy(policy, cfg.env_id, 100)  # the default: the reported, held-out states
+    reported = used["decide"]
+    assert reported == set(range(HELD_OUT_SEED, HELD_OUT_SEED + 100))
+    assert not reported & decided and not reported & used["train"]
+
+
+def test_solved_must_hold_on_fresh_start_states(monkeypatch):
+    """A pass on the stopping set alone is not "solved": the confirming set must pass too."""
+    returns = {STOP_SEED: 500.0, CONFIRM_SEED: 400.0}
+
+    def fake_evaluate(policy, env_id, episodes=100, seed=HELD_OUT_SEED):
+        return np.full(episodes, returns[seed])
+
+    monkeypatch.setattr(control, "evaluate_policy", fake_evaluate)
+    check = control.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0)
+    assert check == {"eval_return": 500.0, "confirm_return": 400.0, "solved": False,
+                     "env_steps": 10 * 500 + 100 * 500 + 100 * 400}  # fmt: skip
+    returns[CONFIRM_SEED] = 480.0
+    assert control.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0)["solved"]
+    returns[STOP_SEED] = 470.0  # the screen fails: nothing more is run
+    assert control.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0) == {
+        "eval_return": 470.0, "env_steps": 4700, "solved": False}  # fmt: skip
+
+
+def test_evaluation_episodes_cannot_run_into_the_next_seed_range():
+    with pytest.raises(ValueError, match="eval_episodes must be in"):
+        CartPoleConfig(eval_episodes=CONFIRM_SEED - STOP_SEED + 1)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from grpo_minimal.cli import field_docs, main
-from grpo_minimal.config import CartPoleConfig
+from grpo_minimal.config import HELD_OUT_SEED, CartPoleConfig
 
 
 def test_every_config_field_is_documented_for_help():
@@ -18,15 +18,33 @@ def test_every_config_field_is_documented_for_help():
 
 def test_train_then_evaluate(tmp_path, capsys):
     out = tmp_path / "run"
-    main(["cartpole", "--seed", "1", "--total-env-steps", "3000", "--no-progress", "--out", str(out)])
+    main(
+        ["cartpole", "--seed", "1", "--total-env-steps", "3000", "--no-progress", "--out", str(out)]
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["algo"] == "grpo" and summary["env_steps"] >= 3000
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == summary["updates"] and "return_mean" in json.loads(lines[0])
     assert (out / "learning_curve.png").stat().st_size > 1000
-    main(["evaluate", "cartpole", "--policy", str(out / "policy.pt"), "--episodes", "5"])
+    # the reported figure comes from the held-out start states, which decide nothing
+    assert summary["held_out_seeds"] == f"{HELD_OUT_SEED}-{HELD_OUT_SEED + 99}"
+    main(["evaluate", "cartpole", "--policy", str(out / "policy.pt"), "--episodes", "100"])
     result = json.loads(capsys.readouterr().out)
-    assert result["episodes"] == 5 and result["mean_return"] > 0
+    assert result["episodes"] == 100 and result["seed"] == HELD_OUT_SEED
+    assert result["mean_return"] == summary["held_out_return"]
+
+
+def test_a_bug_inside_training_keeps_its_traceback(tmp_path, monkeypatch):
+    """Only bad input becomes one clear line; an error raised while training is a bug and
+    must reach the user (or the test) with its traceback, not as 'error: ...'."""
+    import grpo_minimal.control as control
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug deep inside training")
+
+    monkeypatch.setattr(control, "train_cartpole", broken)
+    with pytest.raises(ValueError, match="a bug deep inside training"):
+        main(["cartpole", "--no-progress", "--out", str(tmp_path)])
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from numerics import assert_close_float64
 
 from grpo_minimal import grpo_loss
 from grpo_minimal.cli import main as cli_main
@@ -18,12 +19,16 @@ from grpo_minimal.device import autocast, peak_memory_mb, pick_device, pick_dtyp
 from grpo_minimal.lm import (
     TINY_MODEL,
     LMGRPOTrainer,
+    Rollout,
     advantages_from_rewards,
     check_prompt_lengths,
+    completion_logits,
     completion_logps,
+    count_overlap,
     evaluate_accuracy,
     format_prompt,
     load_model,
+    load_train_eval_rows,
     mask_after_eos,
     sample_completions,
     save_checkpoint,
@@ -32,6 +37,7 @@ from grpo_minimal.lm import (
 )
 
 ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(23, 45), (10, 7), (99, 99)]]
+EVAL_ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(31, 2), (4, 50), (66, 11)]]
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +56,11 @@ def position_reward(completions, **kwargs):
     return [float(i % 4) for i in range(len(completions))]
 
 
-def fresh_trainer(reward_funcs=None, **overrides) -> LMGRPOTrainer:
+def fresh_trainer(reward_funcs=None, float64=False, **overrides) -> LMGRPOTrainer:
     torch.manual_seed(0)
     model, tokenizer = load_model("tiny", torch.device("cpu"))
+    if float64:  # for equivalence tests: rounding far below any real difference
+        model.double()
     return LMGRPOTrainer(small_cfg(**overrides), model, tokenizer, reward_funcs)
 
 
@@ -134,41 +142,69 @@ def test_sampling_is_seeded(tiny):
 # --- step 4: log-probs ---------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def tiny64():
+    """The tiny model in float64: equivalence tests compare where rounding is ~1e-15."""
+    model, tokenizer = load_model("tiny", torch.device("cpu"))
+    return model.double(), tokenizer
+
+
+def unpadded_logps(model, rollout: Rollout, temperature: float) -> list[torch.Tensor]:
+    """The textbook way, one completion at a time with no padding at all: a forward over its
+    real prompt tokens and completion tokens, a full log-softmax. Any position error in the
+    batched, left-padded path (rotary models hide a constant shift) shows against this."""
+    G = rollout.num_generations
+    rows = []
+    for i in range(rollout.completion_ids.shape[0]):
+        prompt = rollout.prompt_ids[i // G][rollout.prompt_mask[i // G].bool()]
+        completion = rollout.completion_ids[i][rollout.completion_mask[i].bool()]
+        ids = torch.cat([prompt, completion])[None]
+        logits = model(input_ids=ids).logits[0] / temperature
+        full = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1]
+        rows.append(full.gather(-1, completion[:, None]).squeeze(-1))
+    return rows
+
+
+@pytest.mark.numerics
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_completion_logps_match_a_full_log_softmax_and_generation_scores(tiny, temperature):
-    model, tokenizer = tiny
+def test_completion_logps_match_unpadded_per_row_runs(tiny64, temperature):
+    """Prompts of unequal length (left padding 0-2 tokens) and completions of unequal length."""
+    model, tokenizer = tiny64
     torch.manual_seed(0)
     rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
                                  num_generations=2, max_new_tokens=5, temperature=temperature)  # fmt: skip
-    G = 2
+    assert rollout.prompt_mask.sum(1).unique().numel() > 1  # the padding really differs
     with torch.no_grad():
         logps, entropy = completion_logps(model, rollout, temperature, with_entropy=True)
         unshared, _ = completion_logps(model, rollout, temperature, share_prompts=False)
-        # the textbook way: one forward over prompt + completion, a full log-softmax
-        prompt_ids = rollout.prompt_ids.repeat_interleave(G, 0)
-        prompt_mask = rollout.prompt_mask.repeat_interleave(G, 0)
-        ids = torch.cat([prompt_ids, rollout.completion_ids], 1)
-        att = torch.cat([prompt_mask, rollout.completion_mask], 1)
-        logits = model(input_ids=ids, attention_mask=att).logits / temperature
-        full = torch.log_softmax(logits, -1)[:, prompt_ids.shape[1] - 1 : -1]
-        expected = full.gather(-1, rollout.completion_ids.unsqueeze(-1)).squeeze(-1)
-        # and the distribution the sampler used for the first token, from generate's own logits
-        out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=False,
-                             max_new_tokens=1, output_logits=True, return_dict_in_generate=True,
-                             pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-    mask = rollout.completion_mask.bool()
-    torch.testing.assert_close(logps[mask], expected[mask], rtol=0, atol=1e-5)
-    torch.testing.assert_close(unshared[mask], expected[mask], rtol=0, atol=1e-5)
-    first = torch.log_softmax(out.logits[0] / temperature, -1)
+        expected = unpadded_logps(model, rollout, temperature)
+        out = model.generate(input_ids=rollout.prompt_ids, attention_mask=rollout.prompt_mask,
+                             do_sample=False, max_new_tokens=1, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    assert logps.dtype == torch.float64
+    for i, row in enumerate(expected):
+        n = len(row)
+        assert_close_float64(logps[i, :n], row)
+        assert_close_float64(unshared[i, :n], row)
+    # the first token's distribution is the one generate sampled from; generate hands out its
+    # logits in float32, so they carry float32 rounding: about 2**-24 of the largest logit
+    scores = out.logits[0].double() / temperature
+    first = torch.log_softmax(scores, -1).repeat_interleave(2, 0)
     first = first.gather(-1, rollout.completion_ids[:, :1]).squeeze(-1)
-    torch.testing.assert_close(logps[:, 0], first, rtol=0, atol=1e-5)
-    exact_entropy = -(full.exp() * full).sum(-1)
-    torch.testing.assert_close(entropy[mask], exact_entropy[mask], rtol=0, atol=1e-4)
+    float32_rounding = 8 * 2**-24 * (scores.abs().max().item() + 1.0)
+    torch.testing.assert_close(logps[:, 0], first, rtol=0, atol=float32_rounding)
+    # entropy of the token distribution at each completion position
+    logits = completion_logits(model, rollout).double() / temperature
+    log_p = torch.log_softmax(logits, -1)
+    exact_entropy = -(log_p.exp() * log_p).sum(-1)
+    mask = rollout.completion_mask.bool()
+    assert_close_float64(entropy[mask], exact_entropy[mask])
 
 
-def test_shared_prompt_pass_gives_the_same_gradient(tiny):
+@pytest.mark.numerics
+def test_shared_prompt_pass_gives_the_same_gradient(tiny64):
     """Encoding each prompt once and copying its cache G times is exact, gradients included."""
-    model, tokenizer = tiny
+    model, tokenizer = tiny64
     torch.manual_seed(0)
     rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
                                  num_generations=4, max_new_tokens=5)  # fmt: skip
@@ -178,7 +214,7 @@ def test_shared_prompt_pass_gives_the_same_gradient(tiny):
         loss = (logps * rollout.completion_mask * torch.linspace(-1, 1, 12)[:, None]).sum()
         grads.append(torch.autograd.grad(loss, list(model.parameters())))
     for shared, plain in zip(*grads, strict=True):
-        torch.testing.assert_close(shared, plain, rtol=1e-4, atol=1e-5)
+        assert_close_float64(shared, plain)
 
 
 def test_sharing_the_prompt_cache_does_not_change_generation(tiny):
@@ -324,7 +360,7 @@ def test_a_step_refuses_prompts_that_do_not_split_into_micro_batches():
 
 def test_a_dataset_smaller_than_a_step_still_fills_the_step():
     _, history = train_math(
-        small_cfg(prompts_per_step=4, eval_n=3), train_rows=ROWS[:1], eval_rows=ROWS,
+        small_cfg(prompts_per_step=4, eval_n=3), train_rows=ROWS[:1], eval_rows=EVAL_ROWS,
         progress=False,
     )  # fmt: skip
     steps = history[1:]
@@ -392,7 +428,7 @@ def test_kl_reference_and_its_refresh():
     for p, q in zip(trainer.model.parameters(), trainer.reference.parameters(), strict=True):
         assert torch.equal(p, q)
     third, _ = trainer.step(ROWS[:2])
-    assert third["kl"] == pytest.approx(0.0, abs=1e-7)
+    assert third["kl"] == 0.0  # the same weights give the same log-probs, exactly
     assert fresh_trainer(beta=0.0).reference is None
 
 
@@ -421,6 +457,7 @@ class FixedRollout:
         return self.rollout
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
 def test_gradient_accumulation_gives_the_same_update(loss_type):
     base = fresh_trainer(loss_type=loss_type)
@@ -428,32 +465,43 @@ def test_gradient_accumulation_gives_the_same_update(loss_type):
     rollout = base.sample(ROWS[:2])
     results = []
     for accumulation in (1, 2):  # 2 prompts: one group per micro-batch
-        trainer = fresh_trainer([position_reward], loss_type=loss_type, learning_rate=1e-3,
-                                gradient_accumulation_steps=accumulation)  # fmt: skip
+        trainer = fresh_trainer([position_reward], float64=True, loss_type=loss_type,
+                                learning_rate=1e-3, gradient_accumulation_steps=accumulation)  # fmt: skip
         trainer.sample = FixedRollout(rollout)
         record, _ = trainer.step(ROWS[:2])
         # .grad still holds the (accumulated, clipped) gradient the optimizer used
         results.append(([p.grad.clone() for p in trainer.model.parameters()], record))
     (grads_1, rec_1), (grads_2, rec_2) = results
-    assert rec_1["grad_norm"] == pytest.approx(rec_2["grad_norm"], rel=1e-4)
+    assert rec_1["grad_norm"] == pytest.approx(rec_2["grad_norm"], rel=64 * 2**-24)
     for g, h in zip(grads_1, grads_2, strict=True):
-        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)
+        assert g.dtype == torch.float64
+        assert_close_float64(g, h)
 
 
 def test_step_loss_is_grpo_loss_of_the_batch():
-    """The logged loss is grpo_loss on the rollout (one iteration, no accumulation)."""
-    trainer = fresh_trainer(loss_type="grpo")
+    """The logged loss is grpo_loss on the rollout with the trainer's beta and reference (one
+    iteration, no accumulation), after a first step has moved the policy off the reference."""
+    trainer = fresh_trainer([position_reward], loss_type="grpo", beta=0.5, learning_rate=1e-2)
+    trainer.step(ROWS[:2])  # now policy != reference: the KL term is not 0
     torch.manual_seed(2)
     rollout = trainer.sample(ROWS[:2])
     trainer.sample = FixedRollout(rollout)
     with torch.no_grad():
         logps, _ = completion_logps(trainer.model, rollout)
-    rewards, _ = score_completions(trainer.reward_funcs, [1.0], rollout.prompts,
+        ref_logps, _ = completion_logps(trainer.reference, rollout)
+    rewards, _ = score_completions([position_reward], [1.0], rollout.prompts,
                                    rollout.completions, rollout.rows)  # fmt: skip
-    expected, _ = grpo_loss(logps, None, None, advantages_from_rewards(rewards, 4),
-                            rollout.completion_mask, beta=0.0, epsilon=0.2, loss_type="grpo")  # fmt: skip
+    mask = rollout.completion_mask
+    expected, metrics = grpo_loss(logps, None, ref_logps, advantages_from_rewards(rewards, 4),
+                                  mask, beta=0.5, epsilon=0.2, loss_type="grpo")  # fmt: skip
+    without_kl, _ = grpo_loss(logps, None, None, advantages_from_rewards(rewards, 4), mask,
+                              beta=0.0, epsilon=0.2, loss_type="grpo")  # fmt: skip
+    assert metrics["kl"] > 1e-4  # the KL term moves the loss by far more than rounding
+    assert abs(expected.item() - without_kl.item()) > 1e-5
     record, _ = trainer.step(ROWS[:2])
-    assert record["loss"] == pytest.approx(expected.item(), abs=1e-6)
+    # float32 forward passes of the same model on the same tokens: a few ulps of the terms
+    assert record["loss"] == pytest.approx(expected.item(), abs=1e-5 * 0.5 * metrics["kl"] + 1e-6)
+    assert record["kl"] == pytest.approx(metrics["kl"], rel=1e-4)
 
 
 # --- precision and device branches that run on a CPU ---------------------------------------------
@@ -483,6 +531,70 @@ def test_mixed_precision_step_on_cpu(dtype):
     record, _ = trainer.step(ROWS[:2])
     assert math.isfinite(record["loss"]) and math.isfinite(record["kl"])
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # master weights
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_first_step_kl_is_exactly_zero_in_every_precision(dtype):
+    """The reference is the policy's twin in the same precision and autocast, whatever the
+    device and dtype: before the first update the two give identical log-probs, so KL = 0."""
+    trainer = fresh_trainer([position_reward], dtype=dtype, beta=0.1)
+    ref_dtypes = {p.dtype for p in trainer.reference.parameters()}
+    assert ref_dtypes == {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    record, _ = trainer.step(ROWS[:2])
+    assert record["kl"] == 0.0
+
+
+def test_reward_functions_get_the_dataset_prompts_not_the_chat_text(tiny):
+    """TRL passes the dataset's prompt column to reward functions; so does the trainer, even
+    when the model saw a chat-formatted prompt."""
+    _, tokenizer = tiny
+    chat = tokenizer.__class__.from_pretrained(TINY_MODEL)
+    chat.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}={% endif %}"
+    )
+    torch.manual_seed(0)
+    model, _ = load_model("tiny", torch.device("cpu"))
+    seen = []
+
+    def spy(prompts, completions, **kwargs):
+        seen.extend(prompts)
+        return position_reward(completions)
+
+    trainer = LMGRPOTrainer(small_cfg(prompt_template="boxed", max_completion_length=2), model,
+                            chat, [spy])  # fmt: skip
+    rows = [{"prompt": "1+1", "answer": "2"}, {"prompt": "2+3", "answer": "5"}]
+    _, rollout = trainer.step(rows)
+    assert seen == ["1+1"] * 4 + ["2+3"] * 4
+    assert rollout.prompts[0] != "1+1" and rollout.prompts[0].startswith("1+1")  # the chat text
+
+
+def test_held_out_rows_that_are_training_rows_are_refused(tmp_path):
+    """A dataset with one split (gsm8k_sample, a .jsonl file) would be evaluated on its own
+    training rows: refused with the overlap count, unless asked for explicitly."""
+    assert count_overlap(ROWS, [*EVAL_ROWS, ROWS[1], {"prompt": " 23+45= "}]) == 2
+    with pytest.raises(ValueError, match=r"20 of 20 evaluation prompts.*also training prompts"):
+        load_train_eval_rows(MathConfig(dataset="gsm8k_sample", eval_n=20))
+    train, held_out = load_train_eval_rows(
+        MathConfig(dataset="gsm8k_sample", eval_n=20, allow_eval_overlap=True)
+    )
+    assert held_out == train[:20]
+    train, held_out = load_train_eval_rows(MathConfig(dataset="arithmetic", eval_n=500))
+    assert count_overlap(train, held_out) == 0 and len(held_out) == 500
+    with pytest.raises(ValueError, match="2 of 3 evaluation prompts are also training prompts"):
+        train_math(small_cfg(), train_rows=ROWS, eval_rows=[ROWS[0], ROWS[2], EVAL_ROWS[0]],
+                   progress=False)  # fmt: skip
+    _, history = train_math(small_cfg(max_steps=1, allow_eval_overlap=True), train_rows=ROWS,
+                            eval_rows=ROWS, progress=False)  # fmt: skip
+    assert history[0]["eval_overlap"] == 3
+
+
+def test_cli_refuses_an_overlapping_evaluation_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["math", "--dataset", "gsm8k_sample", "--device", "cpu", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "evaluation prompts" in err and "allow_eval_overlap" in err and "Traceback" not in err
 
 
 def test_gradient_checkpointing_step_on_cpu():
@@ -557,20 +669,20 @@ def test_checkpoints_are_written_atomically(tiny, tmp_path, monkeypatch):
 def test_train_math_logs_every_step_and_evaluates(tmp_path):
     cfg = small_cfg(max_steps=3, eval_every=2, save_every=2)
     seen = []
-    trainer, history = train_math(cfg, train_rows=ROWS, eval_rows=ROWS, out_dir=tmp_path,
+    trainer, history = train_math(cfg, train_rows=ROWS, eval_rows=EVAL_ROWS, out_dir=tmp_path,
                                   progress=False, on_step=seen.append)  # fmt: skip
     assert [r["step"] for r in history] == [0, 1, 2, 3] and seen == history
     assert [r["step"] for r in history if "eval_accuracy" in r] == [0, 2, 3]
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [0, 1, 2, 3]
     assert json.loads((tmp_path / "grpo_config.json").read_text())["max_steps"] == 3
-    acc, completions = evaluate_accuracy(trainer.model, trainer.tokenizer, ROWS, cfg)
+    acc, completions = evaluate_accuracy(trainer.model, trainer.tokenizer, EVAL_ROWS, cfg)
     assert acc == history[-1]["eval_accuracy"] and len(completions) == 3
 
 
 def test_time_budget_stops_training():
     cfg = small_cfg(max_steps=1000, time_budget_s=1e-9)
-    _, history = train_math(cfg, train_rows=ROWS, eval_rows=ROWS, progress=False)
+    _, history = train_math(cfg, train_rows=ROWS, eval_rows=EVAL_ROWS, progress=False)
     assert history[-1]["step"] == 1 and "eval_accuracy" in history[-1]
 
 

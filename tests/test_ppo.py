@@ -120,10 +120,31 @@ def test_value_loss_clipping_is_pessimistic():
 # ---------------------------------------------------------------- one shared loss code
 
 
-def test_ppo_uses_the_shared_surrogate_and_entropy():
-    assert ppo_module.clipped_surrogate is losses.clipped_surrogate
-    assert ppo_module.categorical_entropy is losses.categorical_entropy
-    assert ppo_module.policy_ratio is losses.policy_ratio
+def test_ppo_policy_loss_is_the_clipped_surrogate_by_hand():
+    """One epoch, one minibatch: the logged policy loss is -mean(min(rho A, clip(rho) A)),
+    computed here by hand from the probabilities (a sign, ratio or clip error changes it)."""
+    torch.manual_seed(0)
+    cfg = PPOConfig(num_envs=1, num_steps=6, num_minibatches=1, num_iterations=1,
+                    normalize_advantages=False, epsilon=0.2)  # fmt: skip
+    agent = ActorCritic(4, 2, 8)
+    obs, actions = torch.randn(6, 4), torch.tensor([0, 1, 0, 1, 1, 0])
+    advantages = torch.tensor([1.0, -1.0, 2.0, -0.5, 0.5, -2.0])
+    with torch.no_grad():
+        probs = torch.softmax(agent.actor(obs), -1).gather(1, actions[:, None]).squeeze(1)
+        values = agent.value(obs)
+    # the data was sampled by policies that gave these probabilities: ratios 0.5 ... 1.5
+    old_probs = probs / torch.tensor([1.5, 1.5, 0.5, 0.5, 1.1, 0.9])
+    rho = probs / old_probs
+    expected = []
+    for r, a in zip(rho.tolist(), advantages.tolist(), strict=True):
+        clipped = min(max(r, 0.8), 1.2)
+        expected.append(-min(r * a, clipped * a))
+    optimizer = torch.optim.SGD(agent.parameters(), lr=0.0)
+    metrics = ppo_update(agent, optimizer, obs, actions, old_probs.log(), advantages, values,
+                         values, cfg)  # fmt: skip
+    assert metrics["loss"] == pytest.approx(sum(expected) / 6, rel=1e-5)
+    # ratios 1.5 (A>0), 0.5 (A<0) are clipped; 1.5 (A<0) and 0.5 (A>0) are not
+    assert metrics["clip_fraction"] == pytest.approx(2 / 6)
 
 
 def test_ppo_update_calls_the_shared_surrogate(monkeypatch):
@@ -272,7 +293,7 @@ def test_greedy_evaluation_does_not_change_the_training_trajectory(one_thread):
     _, replayed = train_ppo(replace(cfg, solve_threshold=float("inf")), progress=False)
     assert sum("eval_return" in r for r in evaluated) >= 2
     assert not any("eval_return" in r for r in replayed)
-    dropped = ("wall_s", "eval_return", "solved", "eval_env_steps")
+    dropped = ("wall_s", "eval_return", "confirm_return", "solved", "eval_env_steps")
     strip = lambda h: [{k: v for k, v in r.items() if k not in dropped} for r in h]  # noqa: E731
     assert strip(evaluated) == strip(replayed)
 

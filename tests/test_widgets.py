@@ -441,9 +441,20 @@ def test_large_groups_approach_the_limit_and_rarely_have_zero_variance():
     assert shown["correct_advantage_std"] < small
 
 
-def test_updates_are_timed():
+def test_updates_are_timed(monkeypatch):
+    """``timings`` holds the time of each whole update (compute and render), read off a clock
+    that only the (slow) render moves: every timing must be exactly that render's time."""
     explorer = gw.clipping_explorer()
+    assert len(explorer.timings) == 1  # the first render
+    clock = [0.0]
+    monkeypatch.setattr(gw.time, "perf_counter", lambda: clock[0])
+    render = explorer._render
+
+    def slow_render():
+        clock[0] += 0.25
+        render()
+
+    monkeypatch.setattr(explorer, "_render", slow_render)
     for value in (0.1, 0.15, 0.25):
         explorer.controls["epsilon"].value = value
-    assert len(explorer.timings) == 4  # the first render and three updates
-    assert all(t > 0 for t in explorer.timings)
+    assert explorer.timings[1:] == [0.25, 0.25, 0.25]
