@@ -19,9 +19,11 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/grpo-minimal cartpole --out runs/cartpole
 
-## test: unit, property and learning tests, and every notebook under nbval
+## test: unit, property and learning tests, and every notebook under nbval; then the float
+## comparisons (marker numerics) again on one thread: another reduction order, as on another CPU
 test: setup
 	GRPO_QUICK=1 $(PY) -m pytest
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -m numerics tests
 
 lint: setup
 	$(VENV)/bin/ruff check .
