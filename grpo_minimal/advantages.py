@@ -8,7 +8,15 @@ G outputs with scalar rewards r_1..r_G.
     (3) RLOO                A_i = r_i - 1/(G-1) * sum_{j != i} r_j  =  G/(G-1) * (r_i - mean(r))
     (4) discounted return   R_t = r_t + gamma * R_{t+1}
 
-`std` is the unbiased (sample, G-1) standard deviation, as in TRL.
+Sources. (2) is GRPO's outcome-reward advantage: DeepSeekMath (Shao et al. 2024,
+arXiv:2402.03300, section 4.1.2) and DeepSeek-R1 (Guo et al. 2025, arXiv:2501.12948, eq. 3); both
+divide by the group std and write no eps. (1), without the std, is Dr. GRPO's choice (Liu et al.
+2025, arXiv:2503.20783, section 3.1). (3) is RLOO (Kool et al. 2019; Ahmadian et al. 2024,
+arXiv:2402.14740).
+
+`std` is the unbiased (sample, G-1) standard deviation and eps = 1e-4, as in TRL 1.16
+(trl/trainer/grpo_trainer.py lines 2765-2787; its `nanstd`, trl/trainer/utils.py lines 1037-1043,
+applies Bessel's correction count / (count - 1)). The papers do not say which std they use.
 """
 
 from __future__ import annotations
@@ -42,9 +50,10 @@ def group_advantages(
     """Group-relative advantages, equations (1) and (2), with TRL's semantics.
 
     The baseline is always the mean of the group. The scale is chosen by ``scale_rewards``:
-    ``"group"`` divides by each group's unbiased std (GRPO), ``"batch"`` by the std of the whole
-    batch, ``"none"`` does not divide (mean-centring only, as in Dr. GRPO / DeepSeek-R1 variants).
-    A group whose rewards are all equal gets advantages 0 (0 / (0 + eps)), never NaN.
+    ``"group"`` divides by each group's unbiased std (GRPO, as in DeepSeekMath and in the
+    DeepSeek-R1 paper's eq. 3), ``"batch"`` by the std of the whole batch, ``"none"`` does not
+    divide (mean-centring only, equation (1), as in Dr. GRPO). A group whose rewards are all
+    equal gets advantages 0 (0 / (0 + eps)), never NaN.
     """
     if scale_rewards not in SCALE_REWARDS:
         raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
@@ -67,8 +76,9 @@ def rloo_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor
 def population_std_advantages(rewards: torch.Tensor, num_generations: int, eps: float = 1e-4):
     """Equation (2) with the population std (divide by G, not G-1): for comparison only.
 
-    Several write-ups use it; TRL and this course use the unbiased std. For G=4 the two differ by
-    a factor sqrt(4/3).
+    Some write-ups use it (the course's seed review of GRPO works "15 + 27" with it: std 0.43,
+    advantages +0.58 / -1.74); TRL and this course use the unbiased std. Up to eps the two differ
+    by a factor sqrt(G / (G-1)): sqrt(4/3) = 1.155 for G=4.
     """
     grouped = _grouped(rewards.float(), num_generations)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
