@@ -10,9 +10,16 @@ advantage A_i (the same for every token of output i unless given per token).
             k1 = -x      k2 = x^2 / 2      k3 = exp(x) - x - 1
     (8) per-token loss      l = -L_clip + beta * k3      (optionally beta * rho * k3, TRL's default)
     (9) aggregation over tokens: grpo, bnpo, dr_grpo, dapo (see ``aggregate_loss``)
+   (20) a KL estimator k used as a loss, its exact expected gradient on samples x ~ pi
+            E_{x~pi}[grad k(x)] = sum_x sg(pi(x)) * grad k(x)      (sg = stop-gradient)
+   (21) what (20) equals, with rho = pi / sg(pi) (value 1, gradient grad log pi):
+            k1 -> 0;   k2 -> grad KL(pi || pi_ref);   k3 -> grad KL(pi_ref || pi);
+            rho * k3 -> grad KL(pi || pi_ref)       (see ``expected_kl_loss_gradient``)
 
-k1 is unbiased but can be negative; k3 is unbiased, always >= 0 and has lower variance when the
-two policies are close (Schulman, "Approximating KL divergence", 2020).
+As values (Schulman, "Approximating KL divergence", 2020): k1 is unbiased but can be negative;
+k3 is unbiased, always >= 0 and has lower variance when the two policies are close. As losses
+(20)-(21), k2 and rho * k3 follow the gradient of the reverse KL(pi || pi_ref), plain k3 that of
+the forward KL(pi_ref || pi), and k1 none at all.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import torch
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
 def policy_ratio(logps: torch.Tensor, old_logps: torch.Tensor) -> torch.Tensor:
@@ -56,7 +64,9 @@ def kl_k2(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
 def kl_k3(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     """k3 = exp(x) - x - 1 with x = log pi_ref - log pi, equation (7): unbiased and >= 0.
 
-    This is the estimator GRPO (DeepSeekMath) and TRL use for KL(pi || pi_ref).
+    This is the estimator GRPO (DeepSeekMath) and TRL use for the value of KL(pi || pi_ref).
+    Used as a loss without the ratio, its expected gradient is that of the forward
+    KL(pi_ref || pi) instead, equation (21); see ``expected_kl_loss_gradient``.
     """
     x = ref_logps - logps
     return torch.exp(x) - x - 1.0
@@ -70,6 +80,46 @@ def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tens
     log_p = torch.log_softmax(logits_p, dim=-1)
     log_q = torch.log_softmax(logits_q, dim=-1)
     return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+
+
+def expected_kl_loss_gradient(
+    logits: torch.Tensor,
+    ref_logits: torch.Tensor,
+    estimator: str,
+    *,
+    use_bias_correction_kl: bool = False,
+) -> torch.Tensor:
+    """Exact expected gradient of a KL estimator (7) used as a loss, equation (20).
+
+    pi = softmax(logits) and pi_ref = softmax(ref_logits) are categorical distributions over the
+    last dimension. For every outcome x, ``loss(x)`` is the estimator ``estimator`` ("k1", "k2"
+    or "k3") evaluated on log pi(x) and log pi_ref(x) with the sample x held fixed; with
+    ``use_bias_correction_kl=True`` it is multiplied by the ratio rho = pi(x) / sg(pi(x)) (value 1,
+    gradient grad log pi(x)), as ``grpo_loss(..., use_bias_correction_kl=True)`` and TRL 1.16 (by
+    default) do. Returns the gradient, with respect to ``logits``, of
+
+        E_{x~pi}[loss(x)] = sum_x sg(pi(x)) * loss(x)          (20)
+
+    (the weight pi(x) is detached: it is the sampling distribution, not part of the loss): the
+    expectation of the minibatch gradient of ``loss`` on samples from pi. Per sample, with
+    r = pi_ref(x) / pi(x): grad k1 = grad log pi, grad k2 = (log pi - log pi_ref) grad log pi,
+    grad k3 = (1 - r) grad log pi, and grad(rho * k3) = (log pi - log pi_ref) grad log pi on-policy.
+    So, equation (21): k1 -> 0, k2 -> grad KL(pi || pi_ref), k3 -> grad KL(pi_ref || pi) (the
+    forward KL), rho * k3 -> grad KL(pi || pi_ref).
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+    kl_estimate = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}[estimator]
+    with torch.enable_grad():
+        logits = logits.detach().clone().requires_grad_(True)
+        log_pi = torch.log_softmax(logits, dim=-1)
+        ref_log_pi = torch.log_softmax(ref_logits.detach(), dim=-1)
+        loss = kl_estimate(log_pi, ref_log_pi)  # loss(x) for every outcome x at once
+        if use_bias_correction_kl:
+            loss = policy_ratio(log_pi, log_pi.detach()) * loss
+        weights = log_pi.detach().exp()  # pi(x), detached
+        (gradient,) = torch.autograd.grad((weights * loss).sum(), logits)
+    return gradient
 
 
 def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -138,7 +188,9 @@ def grpo_loss(
     data was sampled by the current policy (one update per batch): pi_old = pi.detach(), so the
     ratio is 1 but its gradient is not zero. ``ref_logps`` may be None only when ``beta == 0``.
     ``use_bias_correction_kl=True`` multiplies the KL term by the ratio, as TRL 1.16 does by
-    default; the classic GRPO objective (False) does not.
+    default; the classic GRPO objective (False) does not. On-policy the first follows the
+    gradient of the reverse KL(pi || pi_ref), the second that of the forward KL(pi_ref || pi),
+    equation (21).
     """
     if beta > 0 and ref_logps is None:
         raise ValueError("ref_logps is required when beta > 0")
