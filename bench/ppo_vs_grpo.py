@@ -1,16 +1,19 @@
-"""PPO vs GRPO on CartPole-v1: the same seeds, one process, ratios GRPO / PPO.
+"""PPO vs GRPO on CartPole-v1: the same seeds, one process, ratios GRPO / PPO with intervals.
 
     .venv/bin/python bench/ppo_vs_grpo.py              # seeds 1-5, standard configs
     .venv/bin/python bench/ppo_vs_grpo.py --variants   # plus GRPO mean-only and RLOO
     .venv/bin/python bench/ppo_vs_grpo.py --quick      # 2 seeds, 20k-step budgets (smoke test)
 
-GRPO runs ``CartPoleConfig()`` (the course default) and PPO ``PPOConfig()`` (CleanRL's standard
-CartPole setting: up to 500k steps, 4 envs x 128 steps, ...); both stop at the first greedy
-evaluation that reaches 475 over 100 episodes, screened by the same 10-episode check, so "steps
-to solve" means the same for both. Environment steps count training steps only (evaluation
-episodes are not counted for either). The final greedy return is a fresh 100-episode greedy
-evaluation of the policy training returned, on held-out start states (reset seeds 20000-20099;
-the stopping check used 10000-10099, so it cannot flatter the result).
+GRPO runs ``CartPoleConfig()`` (the course default) and PPO ``PPOConfig()``: our CleanRL-style
+PPO (``grpo_minimal/ppo.py``) with the hyper-parameters of CleanRL's ``ppo.py`` for CartPole-v1
+(up to 500k steps, 4 envs x 128 steps, ...). Both stop by the same rule
+(``control.stopping_check``): a 10-episode greedy screen, then 100 greedy episodes from reset
+seed ``STOP_SEED`` (10000) must average >= 475, and 100 fresh ones from ``CONFIRM_SEED`` (20000)
+must too; so "steps to solve" means the same for both. Training start states come from
+``[TRAIN_SEED_LOW, 2**31)``. Environment steps count training steps only (evaluation episodes
+are not counted for either). The final greedy return is a fresh 100-episode greedy evaluation
+of the policy training returned on the held-out start states ``HELD_OUT_SEED`` (100000-100099),
+which decided nothing, so the stopping rule cannot flatter it.
 
 Time to solve is given twice. "wall s" is the trainer's own clock at the solving update, so it
 includes the greedy evaluations, which both methods run by the same rule but PPO, updating every
@@ -22,6 +25,10 @@ is measured on whatever else the machine is doing: compare ratios from one run, 
 seconds across machines. By default torch runs on one thread: the networks are
 tiny, and on a shared 2-core machine a second thread mostly waits (it made GRPO 10-40x slower
 here). ``--threads 0`` keeps torch's default.
+
+Every ratio GRPO / PPO comes with a 95% percentile bootstrap interval over seeds
+(``bootstrap_ci``: the seeds of each method resampled with replacement, independently, 10,000
+times, numpy seed 0). An interval that contains 1 is printed "not resolved with N seeds".
 """
 
 from __future__ import annotations
@@ -33,14 +40,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grpo_minimal.config import CartPoleConfig, PPOConfig  # noqa: E402
+from grpo_minimal.config import HELD_OUT_SEED, CartPoleConfig, PPOConfig  # noqa: E402
 from grpo_minimal.control import evaluate_policy, train_cartpole  # noqa: E402
 from grpo_minimal.ppo import train_ppo  # noqa: E402
+from grpo_minimal.stats import bootstrap_ci  # noqa: E402
 
 METHODS = {
     "grpo": (train_cartpole, CartPoleConfig()),
@@ -76,7 +85,7 @@ def run(train, cfg, seed: int) -> dict:
     cfg = replace(cfg, seed=seed)
     policy, history = train(cfg, progress=False)
     last = next((r for r in history if r.get("solved")), history[-1])
-    greedy = evaluate_policy(policy, cfg.env_id, 100, seed=20_000)
+    greedy = evaluate_policy(policy, cfg.env_id, 100, seed=HELD_OUT_SEED)  # decides nothing
     train_s, train_cpu_s = training_time(train, cfg, last["env_steps"])
     return {
         "seed": seed,
@@ -96,6 +105,17 @@ def median(rows: list[dict], key: str, fmt: str = ".2f") -> str:
     """Median over seeds; an unsolved seed counts with its whole budget, marked '>='."""
     value = statistics.median(r[key] for r in rows)
     return ("" if all(r["solved"] for r in rows) else ">=") + format(value, fmt)
+
+
+def ratio_text(rows: list[dict], baseline: list[dict], key: str, stat=np.median) -> str:
+    """'1.23x [0.90, 1.70]' for stat(rows) / stat(baseline), with 'not resolved' if CI has 1."""
+    estimate, low, high = bootstrap_ci(
+        [r[key] for r in rows], [r[key] for r in baseline], stat=stat
+    )
+    text = f"{estimate:.2f}x [{low:.2f}, {high:.2f}]"
+    if low <= 1.0 <= high:
+        text += f" not resolved with {min(len(rows), len(baseline))} seeds"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     print("to solve: steps = training env steps; wall s = trainer clock, evaluation included;")
     print("train s / train cpu s = the same run replayed without evaluation; eval steps = env")
     print("steps spent on greedy evaluation (not counted in steps). '>' marks an unsolved run.")
+    print(f"greedy, held-out = 100 greedy episodes from reset seed {HELD_OUT_SEED} (mean +/- std).")
     print(f"{'method':<15}{'seed':>5}{'steps':>9}{'wall s':>8}{'train s':>9}{'train cpu s':>12}"
           f"{'eval steps':>11}{'updates':>8}{'greedy, held-out':>19}")  # fmt: skip
     for name, rows in results.items():
@@ -145,17 +166,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{median(rows, 'train_s'):>9}{median(rows, 'train_cpu_s'):>12}{greedy:>8.1f}")  # fmt: skip
 
     print()
+    print("ratios X / ppo over seeds, with 95% percentile bootstrap intervals (10,000 resamples):")
     ppo = results["ppo"]
     for name, rows in results.items():
         if name != "ppo":
-            ratios = {
-                key: statistics.median(r[key] for r in rows)
-                / statistics.median(r[key] for r in ppo)
-                for key in ("steps", "wall_s", "train_s", "train_cpu_s")
-            }
-            print(f"ratio {name}/ppo (medians over seeds): env steps to solve "
-                  f"{ratios['steps']:.2f}x, wall time to solve {ratios['wall_s']:.2f}x "
-                  f"(training only: wall {ratios['train_s']:.2f}x, cpu {ratios['train_cpu_s']:.2f}x)")  # fmt: skip
+            print(f"{name}/ppo, medians: env steps to solve {ratio_text(rows, ppo, 'steps')};")
+            print(f"  wall time to solve {ratio_text(rows, ppo, 'wall_s')};")
+            print(f"  training only: wall {ratio_text(rows, ppo, 'train_s')},"
+                  f" cpu {ratio_text(rows, ppo, 'train_cpu_s')};")  # fmt: skip
+            print(f"  held-out greedy return (means) {ratio_text(rows, ppo, 'greedy', np.mean)}")
     if not all(r["solved"] for rows in results.values() for r in rows):
         print("(an unsolved run counts with its whole budget in the medians and ratios)")
     return 0
