@@ -198,8 +198,10 @@ def step_advantages(batch: EpisodeBatch, cfg: CartPoleConfig) -> torch.Tensor:
     - ``episode``: the episode's total return, group-normalised (equation 2) and given to every
       step: the outcome-reward setting of LLM GRPO.
     ``scale_rewards`` divides by the std of the compared values (``group``), of every value in
-    the batch (``batch``) or not at all (``none``); ``baseline="rloo"`` leaves each episode out of
-    its own baseline, which multiplies the advantage by n / (n - 1) for n compared values.
+    the batch (``batch``) or not at all (``none``); ``baseline="rloo"`` multiplies the centred
+    value by n / (n - 1) for n compared values, the leave-one-out baseline (3) over those values:
+    for ``per_step`` and ``episode`` a value is an episode's, so each episode is left out of its
+    own baseline; for ``all_steps`` a value is one step's, so only that step is left out.
     """
     G = cfg.num_generations
     n, steps = batch.mask.shape
