@@ -217,7 +217,7 @@ def run_math(args: argparse.Namespace, prepared) -> dict:
 
 def prepare_evaluate_math(args: argparse.Namespace):
     """The config (saved with the checkpoint, then flags) and the rows to score."""
-    from .lm import count_overlap, load_math_rows, resolve_model_name
+    from .lm import check_held_out, load_math_rows, resolve_model_name
 
     saved_path = Path(resolve_model_name(args.model)) / "grpo_config.json"
     saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
@@ -226,13 +226,10 @@ def prepare_evaluate_math(args: argparse.Namespace):
         raise ValueError(f"--n must be at least 1, got {args.n}")
     held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
     rows = load_math_rows(held_out, cfg.eval_split)[: args.n]
-    overlap = count_overlap(load_math_rows(cfg.dataset, "train"), rows) if saved else 0
-    if overlap and not cfg.allow_eval_overlap:
-        raise ValueError(
-            f"{overlap} of {len(rows)} evaluation prompts are training prompts of this checkpoint "
-            f"({cfg.dataset!r}); give a held-out --eval-split FILE.jsonl, or "
-            "--allow-eval-overlap true to score them knowingly"
-        )
+    overlap = 0
+    if saved is not None:  # a checkpoint of ours: we know what it was trained on
+        train_rows = load_math_rows(cfg.dataset, "train")
+        overlap = check_held_out(train_rows, rows, cfg.allow_eval_overlap, f" ({cfg.dataset!r})")
     return cfg, rows, overlap
 
 

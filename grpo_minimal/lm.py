@@ -739,14 +739,10 @@ def load_train_eval_rows(cfg: MathConfig) -> tuple[list[dict], list[dict]]:
     train_rows = load_math_rows(cfg.dataset, "train")
     held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
     eval_rows = load_math_rows(held_out, cfg.eval_split)[: cfg.eval_n]
-    overlap = count_overlap(train_rows, eval_rows)
-    if overlap and not cfg.allow_eval_overlap:
-        raise ValueError(
-            f"{overlap} of {len(eval_rows)} evaluation prompts ({held_out!r}, eval_split="
-            f"{cfg.eval_split!r}) are also training prompts ({cfg.dataset!r}), so the accuracy "
-            "would not be held out; give a held-out file (eval_split=FILE.jsonl) or set "
-            "allow_eval_overlap=True to measure on training problems knowingly"
-        )
+    check_held_out(
+        train_rows, eval_rows, cfg.allow_eval_overlap,
+        f" ({cfg.dataset!r}; evaluation: {held_out!r}, eval_split={cfg.eval_split!r})",
+    )  # fmt: skip
     return train_rows, eval_rows
 
 
@@ -754,6 +750,22 @@ def count_overlap(train_rows: Sequence[dict], eval_rows: Sequence[dict]) -> int:
     """How many evaluation rows have a prompt (ignoring surrounding spaces) seen in training."""
     seen = {row["prompt"].strip() for row in train_rows}
     return sum(row["prompt"].strip() in seen for row in eval_rows)
+
+
+def check_held_out(
+    train_rows: Sequence[dict], eval_rows: Sequence[dict], allow_overlap: bool, where: str = ""
+) -> int:
+    """The overlap count; an error when it is not 0 and ``allow_overlap`` (``allow_eval_overlap``)
+    does not ask for it knowingly."""
+    overlap = count_overlap(train_rows, eval_rows)
+    if overlap and not allow_overlap:
+        raise ValueError(
+            f"{overlap} of {len(eval_rows)} evaluation prompts are also training prompts{where}, "
+            "so the accuracy would not be held out; give held-out rows (eval_split=FILE.jsonl, "
+            "--eval-split) or set allow_eval_overlap=True (--allow-eval-overlap true) to "
+            "measure on training problems knowingly"
+        )
+    return overlap
 
 
 def setup(cfg: MathConfig):
@@ -793,12 +805,7 @@ def train_math(
     check_rows(train_rows, "training", needs_answer=reward_funcs is None)
     check_rows(eval_rows, "evaluation", needs_answer=True)
     eval_rows = list(eval_rows)[: cfg.eval_n]
-    overlap = count_overlap(train_rows, eval_rows)
-    if overlap and not cfg.allow_eval_overlap:
-        raise ValueError(
-            f"{overlap} of {len(eval_rows)} evaluation prompts are also training prompts; "
-            "pass held-out eval_rows or set allow_eval_overlap=True"
-        )
+    overlap = check_held_out(train_rows, eval_rows, cfg.allow_eval_overlap)
     trainer = LMGRPOTrainer(cfg, model, tokenizer, reward_funcs, reward_weights)
     prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in train_rows]
     check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
