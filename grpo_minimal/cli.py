@@ -91,10 +91,15 @@ def config_from_args(cls: type, args: argparse.Namespace):
 
 def prepare_cartpole(args: argparse.Namespace):
     """The config, validated, and a check that the environment is one the trainer can use."""
-    from .control import make_env
+    from .control import episode_limit, make_env
 
     cfg = config_from_args(PPOConfig if args.algo == "ppo" else CartPoleConfig, args)
-    make_env(cfg.env_id).close()
+    env = make_env(cfg.env_id)
+    try:
+        if isinstance(cfg, CartPoleConfig):
+            episode_limit(env, cfg)  # dr_grpo needs a time limit
+    finally:
+        env.close()
     return cfg
 
 
@@ -184,20 +189,26 @@ def _math_config(args: argparse.Namespace, saved: dict | None = None):
 
 
 def prepare_math(args: argparse.Namespace):
-    """The config and the training / held-out rows (refused if they overlap)."""
-    from .lm import load_train_eval_rows
+    """The config, the model, and the training / held-out rows (refused if they overlap, or if a
+    prompt leaves no room for the completion in the model's context)."""
+    from .lm import check_prompt_lengths, format_prompt, load_train_eval_rows, setup
 
     cfg = _math_config(args)
-    return cfg, *load_train_eval_rows(cfg)
+    train_rows, eval_rows = load_train_eval_rows(cfg)
+    model, tokenizer = setup(cfg)
+    for rows in (train_rows, eval_rows):
+        prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in rows]
+        check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
+    return cfg, model, tokenizer, train_rows, eval_rows
 
 
 def run_math(args: argparse.Namespace, prepared) -> dict:
     """GRPO on a causal LM: HF checkpoint, metrics.jsonl and learning_curve.png in --out."""
     from .lm import plot_history, train_math
 
-    cfg, train_rows, eval_rows = prepared
+    cfg, model, tokenizer, train_rows, eval_rows = prepared
     out = Path(args.out)
-    _, history = train_math(cfg, train_rows=train_rows, eval_rows=eval_rows, out_dir=out,
+    _, history = train_math(cfg, model, tokenizer, train_rows, eval_rows, out_dir=out,
                             progress=not args.no_progress)  # fmt: skip
     plot_history(history, out / "learning_curve.png", title=f"GRPO on {cfg.dataset}")
     evals = [r for r in history if "eval_accuracy" in r]
@@ -217,19 +228,19 @@ def run_math(args: argparse.Namespace, prepared) -> dict:
 
 def prepare_evaluate_math(args: argparse.Namespace):
     """The config (saved with the checkpoint, then flags) and the rows to score."""
-    from .lm import check_held_out, load_math_rows, resolve_model_name
+    from .lm import check_held_out, load_eval_rows, load_math_rows, resolve_model_name
 
     saved_path = Path(resolve_model_name(args.model)) / "grpo_config.json"
     saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
     cfg = _math_config(args, saved)
     if args.n < 1:
         raise ValueError(f"--n must be at least 1, got {args.n}")
-    held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
-    rows = load_math_rows(held_out, cfg.eval_split)[: args.n]
-    overlap = 0
-    if saved is not None:  # a checkpoint of ours: we know what it was trained on
-        train_rows = load_math_rows(cfg.dataset, "train")
-        overlap = check_held_out(train_rows, rows, cfg.allow_eval_overlap, f" ({cfg.dataset!r})")
+    rows = load_eval_rows(cfg, args.n)[1]
+    overlap = None  # unknown: not a checkpoint of ours, so what it was trained on is unknown
+    if saved is not None and "dataset" in saved:  # checked against what it was trained on
+        trained_on = saved["dataset"]
+        train_rows = load_math_rows(trained_on, "train")
+        overlap = check_held_out(train_rows, rows, cfg.allow_eval_overlap, f" ({trained_on!r})")
     return cfg, rows, overlap
 
 

@@ -106,6 +106,7 @@ class GRPOConfig(ValidatedConfig):
         check_range("ref_update_every", self.ref_update_every, 0)
         check_range("learning_rate", self.learning_rate, 0.0, low_open=True)
         check_range("max_grad_norm", self.max_grad_norm, 0.0)
+        check_range("seed", self.seed, 0)  # negative seeds would reach the evaluation seeds
 
 
 # CartPole start states come from four disjoint ranges of reset seeds (see control.py)
@@ -252,6 +253,7 @@ class PPOConfig(ValidatedConfig):
         check_range("entropy_coef", self.entropy_coef, 0.0)
         check_range("value_coef", self.value_coef, 0.0)
         check_range("max_grad_norm", self.max_grad_norm, 0.0)
+        check_range("seed", self.seed, 0)  # negative seeds would reach the evaluation seeds
         check_range("hidden_size", self.hidden_size, 1)
         check_range("eval_episodes", self.eval_episodes, 1, MAX_EVAL_EPISODES)
         check_range("solve_threshold", self.solve_threshold)

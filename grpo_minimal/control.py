@@ -78,6 +78,19 @@ def make_env(env_id: str) -> gym.Env:
     return env
 
 
+def episode_limit(env: gym.Env, cfg: CartPoleConfig) -> int | None:
+    """The environment's time limit: dr_grpo's constant normaliser (batch * the longest possible
+    episode), never this batch's padded length, which grows as the policy improves. An error
+    for dr_grpo on an environment without one."""
+    limit = env.spec.max_episode_steps if env.spec else None
+    if cfg.loss_type == "dr_grpo" and not limit:
+        raise ValueError(
+            f"loss_type='dr_grpo' needs an environment with a time limit (its constant "
+            f"normaliser is the longest episode); env_id={cfg.env_id!r} has none"
+        )
+    return limit
+
+
 class CategoricalPolicy(nn.Module):
     """pi(a | s): an MLP from a flat observation to the logits of a categorical distribution."""
 
@@ -308,14 +321,7 @@ def train_cartpole(
     policy = CategoricalPolicy(
         envs[0].observation_space.shape[0], int(envs[0].action_space.n), cfg.hidden_size
     )
-    # dr_grpo divides by a constant (batch * the longest possible episode), never by this
-    # batch's padded length, which grows as the policy improves
-    max_episode_steps = envs[0].spec.max_episode_steps if envs[0].spec else None
-    if cfg.loss_type == "dr_grpo" and not max_episode_steps:
-        raise ValueError(
-            f"loss_type='dr_grpo' needs an environment with a time limit (its constant "
-            f"normaliser is the longest episode); env_id={cfg.env_id!r} has none"
-        )
+    max_episode_steps = episode_limit(envs[0], cfg)
     reference = copy.deepcopy(policy).requires_grad_(False) if cfg.beta > 0 else None
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
 

@@ -737,13 +737,18 @@ def load_train_eval_rows(cfg: MathConfig) -> tuple[list[dict], list[dict]]:
     ``eval_split`` cannot separate them), unless ``allow_eval_overlap`` asks for it knowingly.
     """
     train_rows = load_math_rows(cfg.dataset, "train")
-    held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
-    eval_rows = load_math_rows(held_out, cfg.eval_split)[: cfg.eval_n]
+    held_out, eval_rows = load_eval_rows(cfg)
     check_held_out(
         train_rows, eval_rows, cfg.allow_eval_overlap,
         f" ({cfg.dataset!r}; evaluation: {held_out!r}, eval_split={cfg.eval_split!r})",
     )  # fmt: skip
     return train_rows, eval_rows
+
+
+def load_eval_rows(cfg: MathConfig, n: int | None = None) -> tuple[str, list[dict]]:
+    """The evaluation data set's name and its first ``n`` (default ``eval_n``) rows."""
+    held_out = cfg.eval_split if cfg.eval_split.endswith(".jsonl") else cfg.dataset
+    return held_out, load_math_rows(held_out, cfg.eval_split)[: cfg.eval_n if n is None else n]
 
 
 def count_overlap(train_rows: Sequence[dict], eval_rows: Sequence[dict]) -> int:
@@ -798,10 +803,11 @@ def train_math(
         model, tokenizer = setup(cfg)
     else:
         seed_everything(cfg.seed)
-    if train_rows is None or eval_rows is None:
-        default_train, default_eval = load_train_eval_rows(cfg)
-        train_rows = default_train if train_rows is None else train_rows
+    if train_rows is None:
+        train_rows, default_eval = load_train_eval_rows(cfg)
         eval_rows = default_eval if eval_rows is None else eval_rows
+    elif eval_rows is None:
+        eval_rows = load_eval_rows(cfg)[1]
     check_rows(train_rows, "training", needs_answer=reward_funcs is None)
     check_rows(eval_rows, "evaluation", needs_answer=True)
     eval_rows = list(eval_rows)[: cfg.eval_n]

@@ -63,3 +63,24 @@ def test_bad_flags_give_one_clear_line(tmp_path, flags, message):
     )
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_input_checks_inside_training_are_one_clear_line_too(capsys):
+    """Checks that need the environment or the model (dr_grpo's time limit, a prompt longer than
+    the context) run before training, so they too end as one line, not a traceback."""
+    import gymnasium as gym
+    from gymnasium.envs.classic_control import CartPoleEnv
+
+    if "CartPoleNoLimitCli-v0" not in gym.registry:
+        gym.register("CartPoleNoLimitCli-v0", entry_point=CartPoleEnv)
+    cases = [
+        (["cartpole", "--env-id", "CartPoleNoLimitCli-v0", "--loss-type", "dr_grpo"],
+         "needs an environment with a time limit"),
+        (["math", "--device", "cpu", "--max-completion-length", "100000"],
+         "exceeds the model's context"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--no-progress", "--out", "/nonexistent/never-written"])
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err

@@ -547,6 +547,18 @@ def test_first_step_kl_is_exactly_zero_in_every_precision(dtype):
     assert record["kl"] == 0.0
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_first_step_kl_is_exactly_zero_on_a_gpu(dtype):
+    """The branch that held the bug: on CUDA the reference was cast to the compute dtype."""
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny", torch.device("cuda"))
+    trainer = LMGRPOTrainer(small_cfg(device="cuda", dtype=dtype, beta=0.1), model, tokenizer,
+                            [position_reward])  # fmt: skip
+    assert {p.dtype for p in trainer.reference.parameters()} == {torch.float32}
+    assert trainer.step(ROWS[:2])[0]["kl"] == 0.0
+
+
 def test_reward_functions_get_the_dataset_prompts_not_the_chat_text(tiny):
     """TRL passes the dataset's prompt column to reward functions; so does the trainer, even
     when the model saw a chat-formatted prompt."""
@@ -598,6 +610,13 @@ def test_cli_refuses_an_overlapping_evaluation_in_one_line(tmp_path, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "evaluation prompts" in err and "allow_eval_overlap" in err and "Traceback" not in err
+
+
+def test_evaluate_math_says_when_the_overlap_was_not_checked(capsys):
+    """A model that is not a checkpoint of ours: what it was trained on is unknown (null)."""
+    assert cli_main(["evaluate", "math", "--model", "tiny", "--dataset", "gsm8k_sample",
+                     "--eval-split", "train", "--n", "2", "--device", "cpu"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["eval_overlap"] is None
 
 
 def test_gradient_checkpointing_step_on_cpu():

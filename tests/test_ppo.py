@@ -342,3 +342,28 @@ def test_cli_rejects_a_bad_ppo_value_naming_the_field(tmp_path, capsys):
         main(["cartpole", "--algo", "ppo", "--num-minibatches", "3", "--out", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "num_minibatches" in capsys.readouterr().err
+
+
+def test_ppo_trains_on_start_states_no_evaluation_uses(monkeypatch):
+    """PPO's vector environments reset from TRAIN_SEED_LOW on, and a seed cannot be negative
+    (it would move them into the evaluation ranges)."""
+    from grpo_minimal.config import TRAIN_SEED_LOW
+
+    seeds, original = [], ppo_module.make_vector_env
+
+    def recording(*args, **kwargs):
+        envs = original(*args, **kwargs)
+        reset = envs.reset
+
+        def reset_recorded(*a, seed=None, **k):
+            seeds.append(seed)
+            return reset(*a, seed=seed, **k)
+
+        envs.reset = reset_recorded
+        return envs
+
+    monkeypatch.setattr(ppo_module, "make_vector_env", recording)
+    train_ppo(PPOConfig(seed=0, total_env_steps=512, stop_when_solved=False), progress=False)
+    assert seeds == [TRAIN_SEED_LOW]
+    with pytest.raises(ValueError, match="seed must be in"):
+        PPOConfig(seed=-1)

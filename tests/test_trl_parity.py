@@ -166,6 +166,25 @@ def test_loss_and_gradient_match_trl(case, share_prompts, tiny, batch, trl_train
         assert_close_float32_sums(g, h, terms)
 
 
+@pytest.mark.numerics
+def test_dapo_divides_by_the_global_token_count_like_trl(tiny, batch, trl_trainers):
+    """With one micro-batch dapo equals bnpo; with gradient accumulation it divides by the
+    tokens of the whole batch (``num_items_in_batch``), as TRL does."""
+    trainer = trl_trainers[(0.0, False)]
+    trainer.loss_type = trainer.args.loss_type = "dapo"
+    trainer.epsilon_low = trainer.epsilon_high = 0.2
+    global_batch = {**batch, "num_items_in_batch": 3 * batch["completion_mask"].sum()}
+    case = dict(loss_type="dapo", beta=0.0, epsilon_high=None, use_bias_correction_kl=False)
+    ours, our_grads = our_loss(tiny[0], global_batch, case, True)
+    theirs, their_grads = trl_loss(trainer, global_batch)
+    terms = int(batch["completion_mask"].sum()) * tiny[0].config.hidden_size
+    assert_close_float32_sums(ours, theirs, terms)
+    for g, h in zip(our_grads, their_grads, strict=True):
+        assert_close_float32_sums(g, h, terms)
+    bnpo, _ = our_loss(tiny[0], batch, {**case, "loss_type": "bnpo"}, True)
+    torch.testing.assert_close(3 * ours, bnpo)  # a third of the tokens: a third of the loss
+
+
 def test_clipping_and_kl_are_active_in_the_batch(tiny, batch):
     """Guard against a vacuous parity test: the ratio pi / pi_old itself leaves [0.8, 1.2] and
     [0.8, 1.28] on both sides, and the KL to the reference is far from 0."""
