@@ -1,6 +1,6 @@
 """CartPole GRPO: environment steps and wall seconds until solved, for several seeds.
 
-Solved (``control.stopping_check``) = the greedy policy averages >= 475 (CartPole-v1) over 100
+Solved (``envs.stopping_check``) = the greedy policy averages >= 475 (CartPole-v1) over 100
 episodes from the stopping start states (``STOP_SEED``, after a 10-episode screen) and again over
 100 fresh ones (``CONFIRM_SEED``); the check runs whenever the batch's sampled return reaches half
 of that. Both sets decide when to stop, so their means are selected, not measured: the figure to
@@ -23,8 +23,8 @@ import statistics
 
 import torch
 
-from grpo_minimal.config import ADVANTAGE_MODES, HELD_OUT_SEED, CartPoleConfig
-from grpo_minimal.control import evaluate_policy, train_cartpole
+from grpo_minimal.envs import HELD_OUT_SEED, evaluate_policy
+from grpo_minimal.gym_grpo import ADVANTAGE_MODES, CartPoleConfig, train_cartpole
 
 NAN = float("nan")
 

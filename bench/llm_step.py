@@ -8,7 +8,7 @@ three: notebook 06's (8 prompts x 8 generations, at most 5 new tokens, temperatu
 so a reference model is used; a constant learning rate, which does not change the timing),
 fp32 on the CPU.
 
-- **grpo_minimal**: ``LMGRPOTrainer.step`` (``grpo_minimal/lm.py``).
+- **grpo_minimal**: ``LMGRPOTrainer.step`` (``grpo_minimal/lm_grpo.py``).
 - **TRL**: ``trl.GRPOTrainer`` with the same settings (``grpo_minimal/trl_bridge.py``:
   ``bf16=False``, no gradient checkpointing, fused AdamW as ours); a step is timed from TRL's
   ``on_step_begin`` to ``on_step_end`` callbacks (generation, scoring, loss, optimizer).
@@ -46,11 +46,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from naive_grpo import NaiveGRPO  # noqa: E402
+from transformers import set_seed  # noqa: E402
 
-from grpo_minimal.config import MathConfig  # noqa: E402
-from grpo_minimal.control import seed_everything  # noqa: E402
+from grpo_minimal.data import load_math_rows  # noqa: E402
 from grpo_minimal.device import peak_memory_mb  # noqa: E402
-from grpo_minimal.lm import LMGRPOTrainer, load_math_rows, load_model  # noqa: E402
+from grpo_minimal.lm_grpo import LMGRPOTrainer  # noqa: E402
+from grpo_minimal.lm_model import load_model  # noqa: E402
+from grpo_minimal.lm_train import MathConfig  # noqa: E402
 from grpo_minimal.rewards import accuracy_reward  # noqa: E402
 
 METHODS = ("grpo_minimal", "trl", "naive")
@@ -129,7 +131,7 @@ def measure_memory(method: str, args) -> dict:
 def memory_child(method: str, args) -> None:
     cfg = make_config(args)
     rows = load_math_rows("arithmetic", "train")
-    seed_everything(cfg.seed)
+    set_seed(cfg.seed)
     with tempfile.TemporaryDirectory() as workdir:
         runner = Runner(method, cfg, rows, workdir)
         loaded = peak_memory_mb(torch.device("cpu"))
@@ -167,7 +169,7 @@ def main() -> None:
     print(f"tiny model, {cfg.prompts_per_step} prompts x {cfg.num_generations} generations = "
           f"{batch} completions a step, <= {cfg.max_completion_length} new tokens, beta "
           f"{cfg.beta}, fp32, {torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs")  # fmt: skip
-    seed_everything(cfg.seed)
+    set_seed(cfg.seed)
     times: dict[str, list[float]] = {m: [] for m in METHODS}
     with tempfile.TemporaryDirectory() as workdir:
         runners = {m: Runner(m, cfg, rows, workdir) for m in METHODS}

@@ -2,7 +2,7 @@
 
 A re-implementation, written for this project, of the per-sample training loop of the
 ``GRPO`` class in the GRPO paper review (seed document 000). It is here so the benchmark can
-measure what batching buys; the course's implementation is ``grpo_minimal/lm.py``.
+measure what batching buys; the course's implementation is ``grpo_minimal/lm_grpo.py``.
 
 What makes it naive, kept on purpose because that is what is measured:
 

@@ -7,7 +7,7 @@
 GRPO runs ``CartPoleConfig()`` (the course default) and PPO ``PPOConfig()``: our CleanRL-style
 PPO (``grpo_minimal/ppo.py``) with the hyper-parameters of CleanRL's ``ppo.py`` for CartPole-v1
 (up to 500k steps, 4 envs x 128 steps, ...). Both stop by the same rule
-(``control.stopping_check``): a 10-episode greedy screen, then 100 greedy episodes from reset
+(``envs.stopping_check``): a 10-episode greedy screen, then 100 greedy episodes from reset
 seed ``STOP_SEED`` (10000) must average >= 475, and 100 fresh ones from ``CONFIRM_SEED`` (20000)
 must too; so "steps to solve" means the same for both. Training start states come from
 ``[TRAIN_SEED_LOW, 2**31)``. Environment steps count training steps only (evaluation episodes
@@ -46,9 +46,9 @@ from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grpo_minimal.config import HELD_OUT_SEED, CartPoleConfig, PPOConfig  # noqa: E402
-from grpo_minimal.control import evaluate_policy, train_cartpole  # noqa: E402
-from grpo_minimal.ppo import train_ppo  # noqa: E402
+from grpo_minimal.envs import HELD_OUT_SEED, evaluate_policy  # noqa: E402
+from grpo_minimal.gym_grpo import CartPoleConfig, train_cartpole  # noqa: E402
+from grpo_minimal.ppo import PPOConfig, train_ppo  # noqa: E402
 from grpo_minimal.stats import bootstrap_ci  # noqa: E402
 
 METHODS = {

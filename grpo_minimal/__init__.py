@@ -1,4 +1,9 @@
-"""grpo_minimal: one small, readable GRPO core shared by every notebook of the course."""
+"""grpo_minimal: one small, readable GRPO core shared by every notebook of the course.
+
+``import grpo_minimal`` gives the math every trainer shares (advantages, losses, ``GRPOConfig``);
+the trainers are modules of their own: ``gym_grpo`` (and ``ppo``) for gymnasium environments,
+``lm_grpo`` and ``lm_train`` for language models. The README's reading guide gives the order.
+"""
 
 from .advantages import (
     discounted_returns,
@@ -7,28 +12,29 @@ from .advantages import (
     population_std_advantages,
     rloo_advantages,
 )
-from .config import CartPoleConfig, GRPOConfig, PPOConfig
+from .config import GRPOConfig
 from .losses import (
     aggregate_loss,
     categorical_entropy,
     categorical_kl,
     clipped_surrogate,
+    clipped_tokens,
     expected_kl_loss_gradient,
     grpo_loss,
     kl_k1,
     kl_k2,
     kl_k3,
+    masked_mean,
     policy_ratio,
 )
 
 __all__ = [
-    "CartPoleConfig",
     "GRPOConfig",
-    "PPOConfig",
     "aggregate_loss",
     "categorical_entropy",
     "categorical_kl",
     "clipped_surrogate",
+    "clipped_tokens",
     "discounted_returns",
     "expected_kl_loss_gradient",
     "group_advantages",
@@ -36,6 +42,7 @@ __all__ = [
     "kl_k1",
     "kl_k2",
     "kl_k3",
+    "masked_mean",
     "masked_mean_std",
     "policy_ratio",
     "population_std_advantages",

@@ -36,8 +36,8 @@ def _grouped(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
         raise ValueError(
             f"len(rewards)={rewards.numel()} is not a multiple of num_generations={num_generations}"
         )
-    if not torch.isfinite(rewards).all():
-        raise ValueError("rewards contain NaN or inf; fix the reward function first")
+    if torch.isinf(rewards).any():
+        raise ValueError("rewards contain inf; fix the reward function first")
     return rewards.view(-1, num_generations)
 
 
@@ -54,15 +54,22 @@ def group_advantages(
     DeepSeek-R1 paper's eq. 3), ``"batch"`` by the std of the whole batch, ``"none"`` does not
     divide (mean-centring only, equation (1), as in Dr. GRPO). A group whose rewards are all
     equal gets advantages 0 (0 / (0 + eps)), never NaN.
+
+    A NaN reward means "could not be scored" (every reward function returned None for that
+    output): it is left out of its group's mean and std (and of the batch std) and gets
+    advantage 0, as TRL does (its ``nanmean`` / ``nanstd``). Infinite rewards are an error.
     """
     if scale_rewards not in SCALE_REWARDS:
         raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
     grouped = _grouped(rewards.float(), num_generations)
-    advantages = grouped - grouped.mean(dim=1, keepdim=True)
+    scored = ~torch.isnan(grouped)
+    values = grouped.nan_to_num(0.0)
+    mean, std, _ = masked_mean_std(values, scored, dim=1)
+    advantages = (values - mean) * scored
     if scale_rewards == "group":
-        advantages = advantages / (grouped.std(dim=1, keepdim=True) + eps)
+        advantages = advantages / (std + eps)
     elif scale_rewards == "batch":
-        advantages = advantages / (grouped.std() + eps)
+        advantages = advantages / (masked_mean_std(values, scored)[1] + eps)
     return advantages.reshape(-1)
 
 

@@ -14,84 +14,35 @@ grpo, ``PPOConfig`` for ppo), so ``cartpole --algo ppo --help`` lists PPO's flag
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
-import inspect
 import json
 import sys
-import textwrap
 from pathlib import Path
 
-from .config import (
-    CONFIRM_SEED,
-    HELD_OUT_SEED,
-    STOP_SEED,
-    TRAIN_SEED_LOW,
-    CartPoleConfig,
-    PPOConfig,
-)
+from transformers import HfArgumentParser
+from transformers.hf_argparser import string_to_bool
+
+from .envs import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW
+from .gym_grpo import CartPoleConfig
+from .lm_train import MathConfig
+from .ppo import PPOConfig
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """The docstring written under each dataclass field (used as ``--help`` text)."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
-        for node, nxt in zip(body, body[1:], strict=False):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)
-            ):
-                docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
-
-
-def _parse_bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes"):
-        return True
-    if text.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _optional_float(text: str) -> float | None:
-    return None if text.lower() == "none" else float(text)
-
-
-def add_config_flags(
-    parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()
-) -> None:
-    """One ``--flag`` per dataclass field, typed and documented from the class itself."""
-    docs = field_docs(cls)
-    converters = {"int": int, "float": float, "str": str, "bool": _parse_bool}
-    group = parser.add_argument_group(f"{cls.__name__} fields")
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        kind = str(f.type).replace(" ", "")
-        convert = _optional_float if kind == "float|None" else converters[kind]
-        group.add_argument(
-            "--" + f.name.replace("_", "-"),
-            dest=f.name,
-            type=convert,
-            default=f.default,
-            help=f"{docs.get(f.name, '')} (default: {f.default})",
-        )
+def add_config_command(commands, name: str, cls: type, **kwargs) -> HfArgumentParser:
+    """A subcommand whose flags are the fields of the dataclass ``cls`` (transformers'
+    ``HfArgumentParser``): ``--num-generations 8`` or ``--num_generations 8``, typed, with the
+    field's help text (``config.option``) and its default; ``--flag true|false`` for booleans."""
+    return commands.add_parser(name, dataclass_types=[cls], **kwargs)
 
 
 def config_from_args(cls: type, args: argparse.Namespace):
     """Build (and so validate) the config from parsed flags."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in vars(args).items() if k in names})
+    return cls(**{k: v for k, v in vars(args).items() if k in cls.__dataclass_fields__})
 
 
 def prepare_cartpole(args: argparse.Namespace):
     """The config, validated, and a check that the environment is one the trainer can use."""
-    from .control import episode_limit, make_env
+    from .envs import make_env
+    from .gym_grpo import episode_limit
 
     cfg = config_from_args(PPOConfig if args.algo == "ppo" else CartPoleConfig, args)
     env = make_env(cfg.env_id)
@@ -107,9 +58,10 @@ def run_cartpole(args: argparse.Namespace, cfg) -> dict:
     """Train, write metrics.jsonl, policy.pt and learning_curve.png; return a summary.
 
     ``held_out_return`` is the greedy mean over 100 start states that took no part in training
-    or in the decision to stop (``control.HELD_OUT_SEED``): the figure to report.
+    or in the decision to stop (``envs.HELD_OUT_SEED``): the figure to report.
     """
-    from .control import HELD_OUT_SEED, evaluate_policy, save_policy, train_cartpole
+    from .envs import evaluate_policy
+    from .gym_grpo import save_policy, train_cartpole
     from .plots import learning_curve
     from .ppo import save_ppo_policy, train_ppo
 
@@ -152,7 +104,7 @@ def run_cartpole(args: argparse.Namespace, cfg) -> dict:
 
 
 def prepare_evaluate_cartpole(args: argparse.Namespace):
-    from .control import load_policy
+    from .gym_grpo import load_policy
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
@@ -161,7 +113,7 @@ def prepare_evaluate_cartpole(args: argparse.Namespace):
 
 def run_evaluate_cartpole(args: argparse.Namespace, loaded) -> dict:
     """Greedy evaluation of a saved policy."""
-    from .control import evaluate_policy
+    from .envs import evaluate_policy
 
     policy, cfg = loaded
     returns = evaluate_policy(policy, cfg.env_id, args.episodes, args.seed)
@@ -179,9 +131,7 @@ def run_evaluate_cartpole(args: argparse.Namespace, loaded) -> dict:
 def _math_config(args: argparse.Namespace, saved: dict | None = None):
     """MathConfig from the flags given; the others come from ``saved`` (a checkpoint's
     grpo_config.json) or from the defaults of the device (``MathConfig.for_device``)."""
-    from .config import MathConfig
-
-    names = {f.name for f in dataclasses.fields(MathConfig)}
+    names = MathConfig.__dataclass_fields__
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
     if saved is not None:
         return MathConfig(**{**{k: v for k, v in saved.items() if k in names}, **given})
@@ -191,10 +141,14 @@ def _math_config(args: argparse.Namespace, saved: dict | None = None):
 def prepare_math(args: argparse.Namespace):
     """The config, the model, and the training / held-out rows (refused if they overlap, or if a
     prompt leaves no room for the completion in the model's context)."""
-    from .lm import check_prompt_lengths, format_prompt, load_train_eval_rows, setup
+    from .data import load_train_eval_rows
+    from .lm_model import check_prompt_lengths, format_prompt
+    from .lm_train import setup
 
     cfg = _math_config(args)
-    train_rows, eval_rows = load_train_eval_rows(cfg)
+    train_rows, eval_rows = load_train_eval_rows(
+        cfg.dataset, cfg.eval_split, cfg.eval_n, cfg.allow_eval_overlap
+    )
     model, tokenizer = setup(cfg)
     for rows in (train_rows, eval_rows):
         prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in rows]
@@ -204,7 +158,8 @@ def prepare_math(args: argparse.Namespace):
 
 def run_math(args: argparse.Namespace, prepared) -> dict:
     """GRPO on a causal LM: HF checkpoint, metrics.jsonl and learning_curve.png in --out."""
-    from .lm import plot_history, train_math
+    from .lm_train import train_math
+    from .plots import plot_history
 
     cfg, model, tokenizer, train_rows, eval_rows = prepared
     out = Path(args.out)
@@ -228,14 +183,15 @@ def run_math(args: argparse.Namespace, prepared) -> dict:
 
 def prepare_evaluate_math(args: argparse.Namespace):
     """The config (saved with the checkpoint, then flags) and the rows to score."""
-    from .lm import check_held_out, load_eval_rows, load_math_rows, resolve_model_name
+    from .data import check_held_out, load_eval_rows, load_math_rows
+    from .lm_model import resolve_model_name
 
     saved_path = Path(resolve_model_name(args.model)) / "grpo_config.json"
     saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
     cfg = _math_config(args, saved)
     if args.n < 1:
         raise ValueError(f"--n must be at least 1, got {args.n}")
-    rows = load_eval_rows(cfg, args.n)[1]
+    rows = load_eval_rows(cfg.dataset, cfg.eval_split, args.n)[1]
     overlap = None  # unknown: not a checkpoint of ours, so what it was trained on is unknown
     if saved is not None and "dataset" in saved:  # checked against what it was trained on
         trained_on = saved["dataset"]
@@ -247,13 +203,14 @@ def prepare_evaluate_math(args: argparse.Namespace):
 def run_evaluate_math(args: argparse.Namespace, prepared) -> dict:
     """Greedy accuracy of a model (a checkpoint written by ``math``, or any causal LM)."""
     import torch
+    from transformers import set_seed
 
-    from .control import seed_everything
     from .device import pick_device
-    from .lm import evaluate_accuracy, load_model
+    from .lm_model import load_model
+    from .lm_train import evaluate_accuracy
 
     cfg, rows, overlap = prepared
-    seed_everything(cfg.seed)
+    set_seed(cfg.seed)
     model, tokenizer = load_model(args.model, pick_device(cfg.device))
     with torch.no_grad():
         accuracy, _ = evaluate_accuracy(model, tokenizer, rows, cfg, args.batch_size)
@@ -278,42 +235,38 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpo-minimal", description="GRPO, from CartPole to math-reward LLM training."
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=HfArgumentParser)
 
-    cartpole = commands.add_parser(
-        "cartpole", help="train GRPO (or PPO: --algo ppo) on CartPole-v1 (or another discrete env)"
-    )
+    cartpole = add_config_command(
+        commands, "cartpole", PPOConfig if algo == "ppo" else CartPoleConfig,
+        help="train GRPO (or PPO: --algo ppo) on CartPole-v1 (or another discrete env)",
+    )  # fmt: skip
     cartpole.add_argument(
         "--algo",
         choices=["grpo", "ppo"],
         default="grpo",
-        help="training algorithm (default: grpo); the config flags below are those of the chosen "
-        "algorithm: `cartpole --algo ppo --help` lists PPO's",
+        help="training algorithm; the other flags are the fields of the chosen algorithm's "
+        "config: `cartpole --algo ppo --help` lists PPO's",
     )
-    cartpole.add_argument(
-        "--out", default="runs/cartpole", help="output folder (default: runs/cartpole)"
-    )
+    cartpole.add_argument("--out", default="runs/cartpole", help="output folder")
     cartpole.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_config_flags(cartpole, PPOConfig if algo == "ppo" else CartPoleConfig)
     cartpole.set_defaults(prepare=prepare_cartpole, func=run_cartpole)
 
-    from .config import MathConfig
-
-    math = commands.add_parser(
-        "math",
+    math = add_config_command(
+        commands, "math",  MathConfig,
         help="train a causal LM with GRPO on math rewards (CPU: the shipped tiny model on "
         "2-digit addition; CUDA: Qwen/Qwen2.5-0.5B-Instruct on GSM8K)",
-        description="Flags not given take MathConfig's defaults on a CPU, and "
+        description="Flags not given take MathConfig's defaults on a CPU (shown), and "
         f"MathConfig.GPU_DEFAULTS on a CUDA GPU: {MathConfig.GPU_DEFAULTS}",
-    )
-    math.add_argument("--out", default="runs/math", help="output folder (default: runs/math)")
+    )  # fmt: skip
+    for action in math._actions:  # unset flags stay unset: MathConfig.for_device fills them
+        if action.dest in MathConfig.__dataclass_fields__:
+            if "(default" not in (action.help or ""):
+                action.help = f"{action.help} (default: {action.default})"
+            action.default = argparse.SUPPRESS
+    math.add_argument("--out", default="runs/math", help="output folder")
     math.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_config_flags(math, MathConfig)
-    math.set_defaults(
-        prepare=prepare_math,
-        func=run_math,
-        **{f.name: None for f in dataclasses.fields(MathConfig)},
-    )
+    math.set_defaults(prepare=prepare_math, func=run_math)
 
     evaluate = commands.add_parser("evaluate", help="evaluate a trained policy or model")
     targets = evaluate.add_subparsers(dest="target", required=True)
@@ -321,15 +274,13 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     ev_cartpole.add_argument(
         "--policy", required=True, help="path to policy.pt written by training"
     )
-    ev_cartpole.add_argument(
-        "--episodes", type=int, default=100, help="evaluation episodes (default: 100)"
-    )
+    ev_cartpole.add_argument("--episodes", type=int, default=100, help="evaluation episodes")
     ev_cartpole.add_argument(
         "--seed",
         type=int,
         default=HELD_OUT_SEED,
-        help=f"first reset seed (default: {HELD_OUT_SEED}, the held-out start states; training "
-        f"stops on {STOP_SEED}- and {CONFIRM_SEED}-, and trains on seeds >= {TRAIN_SEED_LOW})",
+        help=f"first reset seed (the held-out start states; training stops on {STOP_SEED}- and "
+        f"{CONFIRM_SEED}-, and trains on seeds >= {TRAIN_SEED_LOW})",
     )
     ev_cartpole.set_defaults(prepare=prepare_evaluate_cartpole, func=run_evaluate_cartpole)
     ev_math = targets.add_parser(
@@ -337,40 +288,41 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         help="held-out greedy accuracy of a causal LM (prints one JSON line)",
         description="Settings saved with a checkpoint by `grpo-minimal math` (grpo_config.json: "
         "dataset, prompt template, completion length) are used unless a flag overrides them.",
+        argument_default=argparse.SUPPRESS,  # unset: from the checkpoint, else the defaults
     )
     ev_math.add_argument(
-        "--model", default="tiny", help="checkpoint folder or Hub id (default: tiny, shipped)"
+        "--model", default="tiny", help="checkpoint folder or Hub id (tiny: shipped)"
     )
     ev_math.add_argument(
         "--dataset", help="arithmetic, arithmetic_mix, gsm8k, gsm8k_sample or FILE.jsonl"
     )
     ev_math.add_argument(
-        "--eval-split", dest="eval_split", help="split or .jsonl file to score (default: test)"
+        "--eval-split",
+        dest="eval_split",
+        help="split or .jsonl file to score (test unless trained otherwise)",
     )
-    ev_math.add_argument(
-        "--n", type=int, default=500, help="problems scored, the first n (default: 500)"
-    )
+    ev_math.add_argument("--n", type=int, default=500, help="problems scored, the first n")
     ev_math.add_argument(
         "--prompt-template",
         dest="prompt_template",
         choices=["plain", "r1", "boxed"],
-        help="how prompts are shown to the model (default: as trained, else plain on a CPU)",
+        help="how prompts are shown to the model (as trained, else plain on a CPU)",
     )
     ev_math.add_argument(
         "--max-completion-length",
         dest="max_completion_length",
         type=int,
-        help="new tokens per answer at most (default: as trained, else 5 on a CPU)",
+        help="new tokens per answer at most (as trained, else 5 on a CPU)",
     )
-    ev_math.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
-    ev_math.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
+    ev_math.add_argument("--device", help="auto, cpu, cuda or cuda:N (auto unless given)")
+    ev_math.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (auto unless given)")
     ev_math.add_argument("--batch-size", type=int, default=256, help="prompts per generate call")
-    ev_math.add_argument("--seed", type=int, help="seed (default: 0)")
+    ev_math.add_argument("--seed", type=int, help="seed (0 unless given)")
     ev_math.add_argument(
         "--allow-eval-overlap",
         dest="allow_eval_overlap",
-        type=_parse_bool,
-        help="score problems the checkpoint was trained on (default: refuse)",
+        type=string_to_bool,
+        help="score problems the checkpoint was trained on (refused unless given true)",
     )
     ev_math.set_defaults(prepare=prepare_evaluate_math, func=run_evaluate_math)
     return parser

@@ -14,24 +14,35 @@ against (it reads the ``answer`` column by name). For TRL, wrap the rows with
 - ``load_gsm8k_sample()``: a 20-problem GSM8K-format file written by this project, no network.
 - ``read_jsonl(path)`` / ``load_jsonl(path)``: your own data; a malformed line is an error that
   names the file and the line number.
+
+Held out means never trained on: ``load_train_eval_rows`` gives the training rows and the
+held-out rows of a run, and refuses evaluation prompts that are also training prompts
+(``check_held_out``) unless asked for knowingly.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ARITHMETIC_SPLITS",
     "DATA_DIR",
+    "check_held_out",
+    "check_rows",
+    "count_overlap",
     "gsm8k_final_answer",
     "gsm8k_row",
     "load_arithmetic",
     "load_gsm8k",
     "load_gsm8k_sample",
     "load_jsonl",
+    "load_eval_rows",
     "load_math_dataset",
+    "load_math_rows",
+    "load_train_eval_rows",
     "read_jsonl",
 ]
 
@@ -162,3 +173,73 @@ def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
         f"dataset must be 'arithmetic', 'arithmetic_mix', 'gsm8k', 'gsm8k_sample' or a .jsonl "
         f"path, got {name!r}"
     )
+
+
+# --- rows for a training run ---------------------------------------------------------------------
+
+
+def check_rows(rows: Sequence[dict], name: str, needs_answer: bool = False) -> None:
+    """A data set must have rows, each with a string ``prompt`` (and an ``answer`` when the
+    accuracy reward scores it)."""
+    if len(rows) == 0:
+        raise ValueError(f"the {name} dataset is empty: it needs at least one row with a prompt")
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise ValueError(f"{name} row {index} needs a string 'prompt' field, got {row!r:.120}")
+        if needs_answer and row.get("answer") is None:
+            raise ValueError(
+                f"{name} row {index} needs an 'answer' field (the gold the accuracy reward "
+                f"compares with), got {row!r:.120}"
+            )
+
+
+def load_math_rows(dataset: str, split: str) -> list[dict]:
+    """Rows ``{"prompt", "answer"}`` of a named dataset (``load_math_dataset``), checked."""
+    rows = load_math_dataset(dataset, split)
+    check_rows(rows, f"{dataset!r} ({split})")
+    return rows
+
+
+def load_eval_rows(dataset: str, eval_split: str, n: int) -> tuple[str, list[dict]]:
+    """The evaluation data set's name and its first ``n`` rows: ``eval_split`` of ``dataset``,
+    or the file ``eval_split`` when it is a ``.jsonl`` path."""
+    held_out = eval_split if eval_split.endswith(".jsonl") else dataset
+    return held_out, load_math_rows(held_out, eval_split)[:n]
+
+
+def load_train_eval_rows(
+    dataset: str, eval_split: str, eval_n: int, allow_overlap: bool = False
+) -> tuple[list[dict], list[dict]]:
+    """Training rows of ``dataset`` and the first ``eval_n`` held-out rows (``load_eval_rows``).
+
+    Evaluation rows whose prompt is also a training prompt are an error (some datasets, e.g.
+    ``gsm8k_sample`` or a ``.jsonl`` file, have one split, so ``eval_split`` cannot separate
+    them), unless ``allow_overlap`` (``MathConfig.allow_eval_overlap``) asks for it knowingly.
+    """
+    train_rows = load_math_rows(dataset, "train")
+    held_out, eval_rows = load_eval_rows(dataset, eval_split, eval_n)
+    where = f" ({dataset!r}; evaluation: {held_out!r}, eval_split={eval_split!r})"
+    check_held_out(train_rows, eval_rows, allow_overlap, where)
+    return train_rows, eval_rows
+
+
+def count_overlap(train_rows: Sequence[dict], eval_rows: Sequence[dict]) -> int:
+    """How many evaluation rows have a prompt (ignoring surrounding spaces) seen in training."""
+    seen = {row["prompt"].strip() for row in train_rows}
+    return sum(row["prompt"].strip() in seen for row in eval_rows)
+
+
+def check_held_out(
+    train_rows: Sequence[dict], eval_rows: Sequence[dict], allow_overlap: bool, where: str = ""
+) -> int:
+    """The overlap count; an error when it is not 0 and ``allow_overlap`` (``allow_eval_overlap``)
+    does not ask for it knowingly."""
+    overlap = count_overlap(train_rows, eval_rows)
+    if overlap and not allow_overlap:
+        raise ValueError(
+            f"{overlap} of {len(eval_rows)} evaluation prompts are also training prompts{where}, "
+            "so the accuracy would not be held out; give held-out rows (eval_split=FILE.jsonl, "
+            "--eval-split) or set allow_eval_overlap=True (--allow-eval-overlap true) to "
+            "measure on training problems knowingly"
+        )
+    return overlap

@@ -162,8 +162,26 @@ def aggregate_loss(
     return total / tokens.clamp(min=1.0)
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    return ((values * mask).sum() / mask.sum().clamp(min=1.0)).item()
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over the entries where ``mask`` is 1 (0 when the mask is empty)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def clipped_tokens(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon: float,
+    epsilon_high: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the clip of equation (6) is active: ``(low, high)`` boolean masks.
+
+    Low: the ratio fell below 1 - epsilon on a negative advantage; high: it rose above
+    1 + epsilon_high on a positive one. There the clipped term is the minimum and the token
+    gives no gradient. The fraction of such tokens is the "clip fraction" both trainers log.
+    """
+    high = epsilon if epsilon_high is None else epsilon_high
+    return (ratio < 1 - epsilon) & (advantages < 0), (ratio > 1 + high) & (advantages > 0)
 
 
 def grpo_loss(
@@ -210,16 +228,15 @@ def grpo_loss(
         per_token_loss, mask, loss_type, max_completion_length, num_items_in_batch
     )
 
-    high = epsilon if epsilon_high is None else epsilon_high
     with torch.no_grad():
-        low_clipped = ((ratio < 1 - epsilon) & (advantages < 0)).to(mask.dtype)
-        high_clipped = ((ratio > 1 + high) & (advantages > 0)).to(mask.dtype)
+        low, high = clipped_tokens(ratio, advantages, epsilon, epsilon_high)
+        low, high = low.to(mask.dtype), high.to(mask.dtype)
         metrics = {
             "loss": loss.item(),
-            "clip_fraction": _masked_mean(low_clipped + high_clipped, mask),
-            "clip_fraction_low": _masked_mean(low_clipped, mask),
-            "clip_fraction_high": _masked_mean(high_clipped, mask),
-            "ratio_mean": _masked_mean(ratio, mask),
-            "kl": _masked_mean(kl, mask) if kl is not None else 0.0,
+            "clip_fraction": masked_mean(low + high, mask).item(),
+            "clip_fraction_low": masked_mean(low, mask).item(),
+            "clip_fraction_high": masked_mean(high, mask).item(),
+            "ratio_mean": masked_mean(ratio, mask).item(),
+            "kl": masked_mean(kl, mask).item() if kl is not None else 0.0,
         }
     return loss, metrics

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import matplotlib
 
@@ -71,4 +72,37 @@ def learning_curve(history: list[dict], path: str | os.PathLike | None = None, t
     if path is not None:
         fig.savefig(path, dpi=100)
         plt.close(fig)
+    return fig
+
+
+def plot_history(history: Sequence[dict], path: str | os.PathLike | None = None, title: str = ""):
+    """LLM GRPO: reward, held-out accuracy and KL against training seconds (``train_math``'s
+    history); saved to ``path`` if given."""
+    steps = [r for r in history if "reward_mean" in r]
+    evals = [r for r in history if "eval_accuracy" in r]
+    x = [r["train_s"] for r in steps]
+    window = max(1, len(steps) // 20)
+
+    def smooth(values: list[float]) -> list[float]:
+        return [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+                for i in range(len(values))]  # fmt: skip
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for ax, key, label in ((axes[0], "reward_mean", "mean reward (sampled)"),
+                           (axes[2], "kl", "KL to the reference (k3)")):  # fmt: skip
+        values = [r[key] for r in steps]
+        ax.plot(x, values, alpha=0.3, label="per step")
+        ax.plot(x, smooth(values), label=f"mean of {window} steps")
+        ax.set_ylabel(label)
+        ax.legend(loc="upper left", fontsize="small")
+    axes[1].plot([r["train_s"] for r in evals], [r["eval_accuracy"] for r in evals], "o-")
+    axes[1].set_ylabel("held-out greedy accuracy")
+    for ax in axes:
+        ax.set_xlabel("training seconds")
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
     return fig

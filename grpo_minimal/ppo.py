@@ -1,6 +1,6 @@
 """PPO with a learned critic and GAE(lambda): the baseline GRPO is measured against.
 
-GRPO (``control.py``) compares G episodes from the same start state; PPO instead learns a value
+GRPO (``gym_grpo.py``) compares G episodes from the same start state; PPO instead learns a value
 function V(s) and compares each step with it. Symbols follow the notebooks; the numbering goes on
 from ``advantages.py`` (1)-(4) and ``losses.py`` (5)-(9). For step t of one environment, with
 reward r_t, next state s_{t+1}, term_t = 1 if the episode failed there (terminated) and
@@ -29,48 +29,124 @@ One update, top to bottom (``train_ppo``):
 3. take ``num_iterations`` epochs of ``num_minibatches`` clipped gradient steps on loss (14)
    (``ppo_update``), the learning rate decaying linearly to 0;
 4. when the sampled returns look good, evaluate the greedy actor exactly as GRPO's trainer does
-   (``control.stopping_check``: 10 episodes, then 100, then 100 fresh ones); stop once solved.
+   (``envs.stopping_check``: 10 episodes, then 100, then 100 fresh ones); stop once solved.
 
-The actor is a ``control.CategoricalPolicy``, so evaluation, saving and the CLI treat a PPO policy
+The actor is an ``envs.CategoricalPolicy``, so evaluation, saving and the CLI treat a PPO policy
 and a GRPO policy alike; the critic is the only extra network.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from .config import CartPoleConfig, PPOConfig
-from .control import (
+from .config import ValidatedConfig, check_range, option
+from .envs import (
+    MAX_EVAL_EPISODES,
     TRAIN_SEED_LOW,
     CategoricalPolicy,
-    load_policy,
-    make_env,
+    TrainingLog,
+    make_vector_env,
+    mlp,
     seed_everything,
-    stopping_check,
 )
-from .losses import categorical_entropy, clipped_surrogate, kl_k3, policy_ratio
+from .gym_grpo import CartPoleConfig, load_policy, save_policy
+from .losses import categorical_entropy, clipped_surrogate, clipped_tokens, kl_k3, policy_ratio
 
 
-def _mlp(in_dim: int, hidden_size: int, out_dim: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Linear(in_dim, hidden_size),
-        nn.Tanh(),
-        nn.Linear(hidden_size, hidden_size),
-        nn.Tanh(),
-        nn.Linear(hidden_size, out_dim),
+@dataclass
+class PPOConfig(ValidatedConfig):
+    """PPO with a learned critic and GAE(lambda) on a discrete-action gymnasium environment.
+
+    The defaults are the standard CartPole-v1 configuration of CleanRL's ``ppo.py`` (500k steps,
+    4 envs x 128 steps, lr 2.5e-4 annealed, GAE 0.95, clip 0.2, 4 epochs x 4 minibatches), the
+    PPO baseline that notebook 03 and ``bench/ppo_vs_grpo.py`` measure GRPO against. Fields that
+    mean the same as in ``CartPoleConfig`` have the same name.
+    """
+
+    env_id: str = option("CartPole-v1", "gymnasium id of a discrete-action environment")
+    total_env_steps: int = option(
+        500_000, "training budget in environment steps (training stops earlier once solved)"
     )
+    num_envs: int = option(4, "environments stepped side by side (gymnasium.vector.SyncVectorEnv)")
+    num_steps: int = option(
+        128,
+        "steps taken in each environment per rollout; a batch holds num_envs * num_steps "
+        "transitions",
+    )
+    learning_rate: float = option(2.5e-4, "Adam step size at the start of training")
+    anneal_lr: bool = option(True, "decay the learning rate linearly to 0 over total_env_steps")
+    gamma: float = option(0.99, "discount factor, in (0, 1]")
+    gae_lambda: float = option(
+        0.95,
+        "lambda of GAE (equation 11): 0 is the one-step TD error, 1 the Monte Carlo return minus V",
+    )
+    num_iterations: int = option(
+        4,
+        "epochs over each rollout (CleanRL's update_epochs; the same knob as GRPO's "
+        "num_iterations)",
+    )
+    num_minibatches: int = option(
+        4, "minibatches per epoch; each is num_envs * num_steps / num_minibatches transitions"
+    )
+    epsilon: float = option(
+        0.2,
+        "clip range: the ratio is clipped to [1 - epsilon, 1 + epsilon] (CleanRL's clip_coef); "
+        "also the value clip range when clip_value_loss",
+    )
+    normalize_advantages: bool = option(
+        True, "normalise the advantages within each minibatch to mean 0, std 1"
+    )
+    clip_value_loss: bool = option(
+        True, "clip the value update around the rollout's value, equation (13)"
+    )
+    entropy_coef: float = option(0.01, "weight of the entropy bonus")
+    value_coef: float = option(0.5, "weight of the value loss")
+    max_grad_norm: float = option(
+        0.5, "clip the global gradient norm to this value; 0 disables clipping"
+    )
+    hidden_size: int = option(64, "width of the two hidden layers of the actor and of the critic")
+    eval_episodes: int = option(100, "greedy episodes that decide whether the task is solved")
+    solve_threshold: float = option(
+        475.0, "mean greedy return that counts as solved (475 for CartPole-v1)"
+    )
+    stop_when_solved: bool = option(
+        True, "stop training at the first greedy evaluation that reaches solve_threshold"
+    )
+    seed: int = option(0, "seed for random, numpy, torch and environment resets")
+
+    def validate(self) -> None:
+        """Check every field; a bad value raises ``ValueError`` naming the field."""
+        super().validate()
+        check_range("total_env_steps", self.total_env_steps, 1)
+        check_range("num_envs", self.num_envs, 1)
+        check_range("num_steps", self.num_steps, 1)
+        check_range("learning_rate", self.learning_rate, 0.0, low_open=True)
+        check_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
+        check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_range("num_iterations", self.num_iterations, 1)
+        check_range("num_minibatches", self.num_minibatches, 1)
+        batch = self.num_envs * self.num_steps
+        if batch % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches must divide num_envs * num_steps = {batch}, "
+                f"got {self.num_minibatches}"
+            )
+        check_range("epsilon", self.epsilon, 0.0, 1.0, low_open=True, high_open=True)
+        check_range("entropy_coef", self.entropy_coef, 0.0)
+        check_range("value_coef", self.value_coef, 0.0)
+        check_range("max_grad_norm", self.max_grad_norm, 0.0)
+        check_range("seed", self.seed, 0)  # negative seeds would reach the evaluation seeds
+        check_range("hidden_size", self.hidden_size, 1)
+        check_range("eval_episodes", self.eval_episodes, 1, MAX_EVAL_EPISODES)
+        check_range("solve_threshold", self.solve_threshold)
 
 
 def _orthogonal_init(net: nn.Sequential, last_gain: float) -> None:
@@ -88,26 +164,13 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_dim: int, num_actions: int, hidden_size: int = 64) -> None:
         super().__init__()
         self.actor = CategoricalPolicy(obs_dim, num_actions, hidden_size)
-        self.critic = _mlp(obs_dim, hidden_size, 1)
+        self.critic = mlp(obs_dim, hidden_size, 1)
         _orthogonal_init(self.actor.net, 0.01)  # near-uniform policy at the start
         _orthogonal_init(self.critic, 1.0)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(s), shape [...] for observations [..., obs_dim]."""
         return self.critic(obs).squeeze(-1)
-
-
-def make_vector_env(env_id: str, num_envs: int) -> gym.vector.SyncVectorEnv:
-    """``num_envs`` copies of ``control.make_env(env_id)`` stepped together.
-
-    Autoreset happens in the same step (``AutoresetMode.SAME_STEP``): when an episode ends, the
-    returned observation already belongs to the next episode and the last one is in
-    ``info["final_obs"]``; so every step is a real transition.
-    """
-    return gym.vector.SyncVectorEnv(
-        [functools.partial(make_env, env_id)] * num_envs,
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
 
 
 @dataclass
@@ -259,16 +322,14 @@ def ppo_update(
                 nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
             optimizer.step()
             with torch.no_grad():
-                clipped = ((ratio < 1 - cfg.epsilon) & (adv < 0)) | (
-                    (ratio > 1 + cfg.epsilon) & (adv > 0)
-                )
+                low, high = clipped_tokens(ratio, adv, cfg.epsilon)
                 step = {
                     "loss": policy_loss.item(),
                     "value_loss": v_loss.item(),
                     "entropy": entropy.item(),
                     # KL(pi_old || pi) by the k3 estimator (7), on the rollout's actions
                     "approx_kl": kl_k3(old_logps[idx], logps).mean().item(),
-                    "clip_fraction": clipped.float().mean().item(),
+                    "clip_fraction": (low | high).float().mean().item(),
                 }
             for k, v in step.items():
                 sums[k] = sums.get(k, 0.0) + v
@@ -283,7 +344,7 @@ def train_ppo(
 ) -> tuple[CategoricalPolicy, list[dict]]:
     """Train an actor-critic with PPO. Returns the actor and one metrics dict per update.
 
-    The records have the keys of ``control.train_cartpole``'s (``env_steps``, ``wall_s``,
+    The records have the keys of ``gym_grpo.train_cartpole``'s (``env_steps``, ``wall_s``,
     ``return_mean``/``min``/``max``, ``eval_return``, ``solved``, ...), so plots and benchmarks
     treat both alike, plus ``value_loss``, ``approx_kl``, ``explained_variance``,
     ``learning_rate`` and ``episodes``. ``return_*`` describe the training episodes that ended
@@ -299,13 +360,12 @@ def train_ppo(
     batch_size = cfg.num_envs * cfg.num_steps
     num_updates = math.ceil(cfg.total_env_steps / batch_size)
 
-    history: list[dict] = []
-    # training start states come from seeds no evaluation uses (see control.TRAIN_SEED_LOW)
+    # training start states come from seeds no evaluation uses (see envs.TRAIN_SEED_LOW)
     obs, _ = envs.reset(seed=TRAIN_SEED_LOW + cfg.seed * cfg.num_envs)
     running_returns = np.zeros(cfg.num_envs)
     returns = [0.0]  # until the first episode ends
-    env_steps, eval_steps, start = 0, 0, time.perf_counter()
-    bar = tqdm(total=cfg.total_env_steps, desc="PPO " + cfg.env_id, disable=not progress)
+    log = TrainingLog(cfg, "PPO", progress, on_update)
+    env_steps = 0
     for update in range(1, num_updates + 1):
         lr = cfg.learning_rate * (1.0 - (update - 1) / num_updates if cfg.anneal_lr else 1.0)
         for group in optimizer.param_groups:
@@ -347,7 +407,7 @@ def train_ppo(
         record = {
             "update": update,
             "env_steps": env_steps,
-            "wall_s": round(time.perf_counter() - start, 3),
+            "wall_s": log.elapsed(),
             "return_mean": float(np.mean(returns)),
             "return_min": float(np.min(returns)),
             "return_max": float(np.max(returns)),
@@ -362,30 +422,18 @@ def train_ppo(
             "learning_rate": lr,
         }
         # 4. greedy evaluation with GRPO's rule: screened by 10 episodes while unsolved
-        if record["return_mean"] >= 0.5 * cfg.solve_threshold:
-            check = stopping_check(agent.actor, cfg.env_id, cfg.eval_episodes, cfg.solve_threshold)
-            eval_steps += check.pop("env_steps")
-            record.update(check)
-            record["wall_s"] = round(time.perf_counter() - start, 3)
-        record["eval_env_steps"] = eval_steps
-        history.append(record)
-        if on_update is not None:
-            on_update(record)
-        bar.update(min(batch_size, cfg.total_env_steps - bar.n))
-        bar.set_postfix(ret=f"{record['return_mean']:.0f}", greedy=record.get("eval_return", "-"))
-        if record.get("solved") and cfg.stop_when_solved:
+        if log.add(record, agent.actor, batch_size):
             break
-    bar.close()
     envs.close()
-    return agent.actor, history
+    return agent.actor, log.close()
 
 
 def save_ppo_policy(policy: CategoricalPolicy, cfg: PPOConfig, path: str | os.PathLike) -> None:
-    """Write the actor in the format ``control.load_policy`` reads, plus the PPO config.
+    """Write the actor in the format ``gym_grpo.load_policy`` reads, plus the PPO config.
 
     ``config`` holds what evaluation needs (env id, width, threshold) as a ``CartPoleConfig``,
     so ``grpo-minimal evaluate cartpole`` loads PPO and GRPO policies alike; the full PPO
-    configuration is under ``ppo_config``. Written atomically (temp file, then rename).
+    configuration is under ``ppo_config``. Written atomically (``gym_grpo.save_policy``).
     """
     shared = CartPoleConfig(
         env_id=cfg.env_id,
@@ -395,21 +443,7 @@ def save_ppo_policy(policy: CategoricalPolicy, cfg: PPOConfig, path: str | os.Pa
         solve_threshold=cfg.solve_threshold,
         seed=cfg.seed,
     )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(
-        {
-            "state_dict": policy.state_dict(),
-            "obs_dim": policy.obs_dim,
-            "num_actions": policy.num_actions,
-            "config": shared.to_dict(),
-            "algo": "ppo",
-            "ppo_config": cfg.to_dict(),
-        },
-        tmp,
-    )
-    os.replace(tmp, path)
+    save_policy(policy, shared, path, algo="ppo", ppo_config=cfg.to_dict())
 
 
 def load_ppo_policy(path: str | os.PathLike) -> tuple[CategoricalPolicy, PPOConfig]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from .config import MathConfig
+from .lm_train import MathConfig
 
 
 def trl_grpo_config(cfg: MathConfig, output_dir: str, **overrides):
@@ -118,13 +118,12 @@ def make_trl_trainer(
     from transformers import PrinterCallback
     from trl import GRPOTrainer
 
-    from .lm import quiet_transformers
-    from .rewards import accuracy_reward, format_reward
+    from .lm_model import quiet_transformers
+    from .rewards import reward_functions
 
     if reward_funcs is None:
-        reward_funcs = [accuracy_reward] + ([format_reward] if cfg.format_weight > 0 else [])
-        if cfg.format_weight > 0:
-            overrides.setdefault("reward_weights", [1.0, cfg.format_weight])
+        reward_funcs, weights = reward_functions(format_weight=cfg.format_weight)
+        overrides.setdefault("reward_weights", weights)
     clock = make_trl_callbacks(time_budget_s)
     with quiet_transformers():  # TRL loads a reference model when beta > 0
         trainer = GRPOTrainer(

@@ -16,7 +16,7 @@ import statistics
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from grpo_minimal import (
@@ -171,7 +171,7 @@ def test_rloo_g_equals_2_is_the_difference():
     [
         (dict(rewards=t([1, 2, 3]), num_generations=2), "not a multiple"),
         (dict(rewards=t([1, 2]), num_generations=1), "num_generations must be >= 2"),
-        (dict(rewards=t([1, float("nan")]), num_generations=2), "NaN"),
+        (dict(rewards=t([1, float("inf")]), num_generations=2), "inf"),
         (dict(rewards=t([[1, 2]]), num_generations=2), "1-D"),
         (dict(rewards=t([1, 2]), num_generations=2, scale_rewards="std"), "scale_rewards"),
     ],
@@ -179,6 +179,50 @@ def test_rloo_g_equals_2_is_the_difference():
 def test_bad_input_is_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         group_advantages(**kwargs)
+
+
+def test_unscored_rewards_leave_their_group_and_get_advantage_zero():
+    """NaN = every reward function returned None: left out of the group's mean and std."""
+    nan = float("nan")
+    # group [1, nan, 0, 1]: scored mean 2/3, unbiased std of [1, 0, 1] = sqrt(1/3)
+    centred = t([1 - 2 / 3, 0.0, -2 / 3, 1 - 2 / 3])
+    rewards = t([1, nan, 0, 1])
+    torch.testing.assert_close(group_advantages(rewards, 4, "none"), centred)
+    torch.testing.assert_close(group_advantages(rewards, 4), centred / ((1 / 3) ** 0.5 + 1e-4))
+    # batch scale: the std of every scored reward in the batch, [1, 0, 1, 3, 3]
+    batch = t([1, nan, 0, 1, 3, 3, nan, nan])
+    std = torch.tensor([1.0, 0, 1, 3, 3]).std()
+    expected = t([1 - 2 / 3, 0, -2 / 3, 1 - 2 / 3, 0, 0, 0, 0]) / (std + 1e-4)
+    torch.testing.assert_close(group_advantages(batch, 4, "batch"), expected)
+    # one scored reward: no spread, advantage 0; none scored: all 0, never NaN
+    assert torch.equal(group_advantages(t([nan, 5, nan, nan]), 4), torch.zeros(4))
+    assert torch.equal(group_advantages(torch.full((4,), nan), 4), torch.zeros(4))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.floats(-100, 100, allow_nan=False, width=32), st.just(float("nan"))),
+        min_size=4,
+        max_size=4,
+    ),
+    st.sampled_from(["group", "none"]),
+)
+def test_unscored_rewards_change_nothing_for_the_scored(values, scale):
+    """The scored rewards' advantages are those of the scored rewards alone (when >= 2)."""
+    rewards = torch.tensor(values, dtype=torch.float32)
+    scored = ~torch.isnan(rewards)
+    assume(scored.sum() >= 2)
+    ours = group_advantages(rewards, 4, scale)
+    assert torch.equal(ours[~scored], torch.zeros(int((~scored).sum())))
+    alone = rewards[scored].double()
+    expected = alone - alone.mean()
+    if scale == "group":
+        expected = expected / (alone.std() + 1e-4)
+    # float32 rounding of a mean and std of <= 4 values of size <= 100, over a std >= 0
+    spread = alone.std().item() + 1e-4 if scale == "group" else 1.0
+    bound = 64 * 2**-24 * (alone.abs().max().item() + 1) / spread
+    torch.testing.assert_close(ours[scored].double(), expected, rtol=0, atol=bound)
 
 
 def test_discounted_returns_hand_computed():

@@ -6,17 +6,20 @@ import pytest
 import torch
 from gymnasium.envs.classic_control import CartPoleEnv
 
-from grpo_minimal import CartPoleConfig, control
-from grpo_minimal.control import (
+from grpo_minimal import envs, gym_grpo
+from grpo_minimal.envs import (
     CONFIRM_SEED,
     HELD_OUT_SEED,
     STOP_SEED,
     TRAIN_SEED_LOW,
     CategoricalPolicy,
-    EpisodeBatch,
     evaluate_policy,
-    load_policy,
     make_env,
+)
+from grpo_minimal.gym_grpo import (
+    CartPoleConfig,
+    EpisodeBatch,
+    load_policy,
     run_episodes,
     save_policy,
     step_advantages,
@@ -66,13 +69,13 @@ def test_truncated_episodes_are_counted_as_truncated():
 
 def test_dr_grpo_divides_by_the_longest_possible_episode(monkeypatch):
     """dr_grpo's normaliser is batch * max_episode_steps, a constant, not the padded length."""
-    seen, original = [], control.grpo_loss
+    seen, original = [], gym_grpo.grpo_loss
 
     def spy(*args, **kwargs):
         seen.append((kwargs["max_completion_length"], args[0].shape[1]))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(control, "grpo_loss", spy)
+    monkeypatch.setattr(gym_grpo, "grpo_loss", spy)
     cfg = CartPoleConfig(loss_type="dr_grpo", total_env_steps=300, stop_when_solved=False)
     train_cartpole(cfg, progress=False)
     assert seen and all(limit == 500 for limit, _ in seen)  # CartPole-v1's time limit
@@ -167,13 +170,25 @@ def test_kl_to_a_refreshed_reference_is_reported():
 def test_stopping_confirming_and_held_out_start_states_are_disjoint(monkeypatch):
     """Held out means never used to decide: record every reset seed of a run that stops."""
     used: dict[str, set[int]] = {"train": set(), "decide": set(), "report": set()}
-    original = control.run_episodes
+    original_run, original_vector = gym_grpo.run_episodes, envs.make_vector_env
 
-    def recording(policy, envs, seeds, greedy=False, generator=None):
-        used["decide" if greedy else "train"].update(int(s) for s in seeds)
-        return original(policy, envs, seeds, greedy=greedy, generator=generator)
+    def recording_run(policy, env_list, seeds, greedy=False, generator=None):
+        used["train"].update(int(s) for s in seeds)
+        return original_run(policy, env_list, seeds, greedy=greedy, generator=generator)
 
-    monkeypatch.setattr(control, "run_episodes", recording)
+    def recording_vector(*args, **kwargs):  # greedy evaluation resets one vector env
+        vector = original_vector(*args, **kwargs)
+        reset = vector.reset
+
+        def reset_recorded(*a, seed=None, **k):
+            used["decide"].update(int(s) for s in seed)
+            return reset(*a, seed=seed, **k)
+
+        vector.reset = reset_recorded
+        return vector
+
+    monkeypatch.setattr(gym_grpo, "run_episodes", recording_run)
+    monkeypatch.setattr(envs, "make_vector_env", recording_vector)
 
     class LowestSeeds:  # draws the lowest seed the trainer allows: the edge of its range
         def __init__(self, seed):
@@ -182,7 +197,7 @@ def test_stopping_confirming_and_held_out_start_states_are_disjoint(monkeypatch)
         def integers(self, low, high, size):
             return np.full(size, low)
 
-    monkeypatch.setattr(control.np.random, "default_rng", LowestSeeds)
+    monkeypatch.setattr(gym_grpo.np.random, "default_rng", LowestSeeds)
     # a threshold a random policy reaches, so that the stopping check runs and passes
     cfg = CartPoleConfig(seed=0, solve_threshold=5.0, eval_episodes=30, total_env_steps=5_000)
     policy, history = train_cartpole(cfg, progress=False)
@@ -206,14 +221,14 @@ def test_solved_must_hold_on_fresh_start_states(monkeypatch):
     def fake_evaluate(policy, env_id, episodes=100, seed=HELD_OUT_SEED):
         return np.full(episodes, returns[seed])
 
-    monkeypatch.setattr(control, "evaluate_policy", fake_evaluate)
-    check = control.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0)
+    monkeypatch.setattr(envs, "evaluate_policy", fake_evaluate)
+    check = envs.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0)
     assert check == {"eval_return": 500.0, "confirm_return": 400.0, "solved": False,
                      "env_steps": 10 * 500 + 100 * 500 + 100 * 400}  # fmt: skip
     returns[CONFIRM_SEED] = 480.0
-    assert control.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0)["solved"]
+    assert envs.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0)["solved"]
     returns[STOP_SEED] = 470.0  # the screen fails: nothing more is run
-    assert control.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0) == {
+    assert envs.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0) == {
         "eval_return": 470.0, "env_steps": 4700, "solved": False}  # fmt: skip
 
 

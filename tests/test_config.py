@@ -2,7 +2,8 @@
 
 import pytest
 
-from grpo_minimal import CartPoleConfig, GRPOConfig
+from grpo_minimal import GRPOConfig
+from grpo_minimal.gym_grpo import CartPoleConfig
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,12 @@
-"""Unit tests of the causal-LM GRPO step (grpo_minimal/lm.py) on the shipped tiny model.
+"""Unit tests of the causal-LM GRPO step (lm_grpo.py) and its loop (lm_train.py) on the
+shipped tiny model.
 
 Everything runs on the CPU in a few seconds, offline; no timing is asserted.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -12,29 +14,21 @@ import pytest
 import torch
 from numerics import FLOAT32_ULP, assert_close_float64
 
-from grpo_minimal import grpo_loss
+from grpo_minimal import group_advantages, grpo_loss
 from grpo_minimal.cli import main as cli_main
-from grpo_minimal.config import MathConfig
+from grpo_minimal.data import count_overlap, load_train_eval_rows
 from grpo_minimal.device import autocast, peak_memory_mb, pick_device, pick_dtype
-from grpo_minimal.lm import (
-    TINY_MODEL,
+from grpo_minimal.lm_grpo import (
     LMGRPOTrainer,
     Rollout,
-    advantages_from_rewards,
-    check_prompt_lengths,
     completion_logits,
     completion_logps,
-    count_overlap,
-    evaluate_accuracy,
-    format_prompt,
-    load_model,
-    load_train_eval_rows,
     mask_after_eos,
     sample_completions,
-    save_checkpoint,
-    score_completions,
-    train_math,
 )
+from grpo_minimal.lm_model import TINY_MODEL, check_prompt_lengths, format_prompt, load_model
+from grpo_minimal.lm_train import MathConfig, evaluate_accuracy, save_checkpoint, train_math
+from grpo_minimal.rewards import score_completions
 
 ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(23, 45), (10, 7), (99, 99)]]
 EVAL_ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(31, 2), (4, 50), (66, 11)]]
@@ -217,15 +211,38 @@ def test_shared_prompt_pass_gives_the_same_gradient(tiny64):
         assert_close_float64(shared, plain)
 
 
-def test_sharing_the_prompt_cache_does_not_change_generation(tiny):
-    """Greedy completions are the same with and without the shared prompt pass."""
+def test_a_group_is_g_copies_of_its_prompt(tiny):
+    """Greedy completions of G copies in one group equal those of each copy on its own."""
     model, tokenizer = tiny
-    prompts = ["5+61=", "99+99=", "7"]  # left padding; "7" has nothing but padding to prefill
-    shared = sample_completions(model, tokenizer, [{}] * 3, prompts, num_generations=2,
-                                max_new_tokens=5, do_sample=False)  # fmt: skip
+    prompts = ["5+61=", "99+99=", "7"]  # left padding of 0-2 tokens
+    grouped = sample_completions(model, tokenizer, [{}] * 3, prompts, num_generations=2,
+                                 max_new_tokens=5, do_sample=False)  # fmt: skip
     one_each = sample_completions(model, tokenizer, [{}] * 6, [p for p in prompts for _ in "ab"],
                                   num_generations=1, max_new_tokens=5, do_sample=False)  # fmt: skip
-    assert shared.completions == one_each.completions
+    assert grouped.completions == one_each.completions
+
+
+def test_sampling_ignores_the_models_own_generation_config(tiny):
+    """transformers fills unset settings from model.generation_config; a chat model's top_k,
+    min_p or repetition_penalty must not change the distribution the loss assumes."""
+    model, tokenizer = tiny
+    prompts, rows = ["5+61=", "99+99="], [{}, {}]
+
+    def sample():
+        torch.manual_seed(0)
+        return sample_completions(model, tokenizer, rows, prompts, num_generations=16,
+                                  max_new_tokens=5, temperature=1.0)  # fmt: skip
+
+    clean = sample()
+    own = model.generation_config
+    polluted = copy.deepcopy(own)
+    polluted.top_k, polluted.min_p, polluted.repetition_penalty = 1, 0.9, 5.0
+    model.generation_config = polluted
+    try:
+        assert sample().completions == clean.completions
+    finally:
+        model.generation_config = own
+    assert len(set(clean.completions[:16])) > 1  # top_k=1 would make every sample the same
 
 
 # --- steps 2-3: rewards and advantages; bad input --------------------------------------------------
@@ -240,7 +257,7 @@ def test_score_completions_weights_and_none_rule():
 
     rewards, means = score_completions([always_one, some_none], [1.0, 0.5], ["p"] * 4,
                                        ["a", "b", "c", "d"], [{"prompt": "p"}] * 4)  # fmt: skip
-    assert rewards.tolist() == [1.0, 1.25, 1.0, 2.0]  # None counts as nothing (TRL's nansum)
+    assert rewards == [1.0, 1.25, 1.0, 2.0]  # None counts as nothing (TRL's nansum)
     assert means == {"always_one": 1.0, "some_none": 1.25}
     rewards, _ = score_completions(
         [some_none], [1.0], ["p"] * 4, list("abcd"), [{"prompt": "p"}] * 4
@@ -298,23 +315,6 @@ def test_a_raising_reward_names_the_completion():
         )
 
 
-def test_advantages_without_none_are_group_advantages():
-    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
-    adv = advantages_from_rewards(rewards, 4)
-    std = (1 / 3) ** 0.5  # unbiased std of [1, 0, 0, 1]
-    expected = torch.tensor([0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0]) / torch.tensor(
-        [std + 1e-4] * 4 + [1] * 4
-    )
-    torch.testing.assert_close(adv, expected)
-
-
-def test_none_rewards_get_zero_advantage_and_leave_the_baseline():
-    rewards = torch.tensor([1.0, float("nan"), 0.0, 1.0])
-    adv = advantages_from_rewards(rewards, 4, "none")
-    expected = torch.tensor([1 - 2 / 3, 0.0, -2 / 3, 1 - 2 / 3])
-    torch.testing.assert_close(adv, expected)
-    all_none = advantages_from_rewards(torch.full((4,), float("nan")), 4)
-    assert torch.equal(all_none, torch.zeros(4))
 
 
 def test_empty_dataset_is_a_clear_error(tiny):
@@ -493,9 +493,10 @@ def test_step_loss_is_grpo_loss_of_the_batch():
     rewards, _ = score_completions([position_reward], [1.0], rollout.prompts,
                                    rollout.completions, rollout.rows)  # fmt: skip
     mask = rollout.completion_mask
-    expected, metrics = grpo_loss(logps, None, ref_logps, advantages_from_rewards(rewards, 4),
-                                  mask, beta=0.5, epsilon=0.2, loss_type="grpo")  # fmt: skip
-    without_kl, _ = grpo_loss(logps, None, None, advantages_from_rewards(rewards, 4), mask,
+    advantages = group_advantages(torch.tensor(rewards), 4)
+    expected, metrics = grpo_loss(logps, None, ref_logps, advantages, mask, beta=0.5,
+                                  epsilon=0.2, loss_type="grpo")  # fmt: skip
+    without_kl, _ = grpo_loss(logps, None, None, advantages, mask,
                               beta=0.0, epsilon=0.2, loss_type="grpo")  # fmt: skip
     # float32 sums over the batch's tokens, in possibly another order: their worst-case rounding
     terms = int(mask.sum()) * trainer.model.config.hidden_size
@@ -589,12 +590,10 @@ def test_held_out_rows_that_are_training_rows_are_refused(tmp_path):
     training rows: refused with the overlap count, unless asked for explicitly."""
     assert count_overlap(ROWS, [*EVAL_ROWS, ROWS[1], {"prompt": " 23+45= "}]) == 2
     with pytest.raises(ValueError, match=r"20 of 20 evaluation prompts.*also training prompts"):
-        load_train_eval_rows(MathConfig(dataset="gsm8k_sample", eval_n=20))
-    train, held_out = load_train_eval_rows(
-        MathConfig(dataset="gsm8k_sample", eval_n=20, allow_eval_overlap=True)
-    )
+        load_train_eval_rows("gsm8k_sample", "test", 20)
+    train, held_out = load_train_eval_rows("gsm8k_sample", "test", 20, allow_overlap=True)
     assert held_out == train[:20]
-    train, held_out = load_train_eval_rows(MathConfig(dataset="arithmetic", eval_n=500))
+    train, held_out = load_train_eval_rows("arithmetic", "test", 500)
     assert count_overlap(train, held_out) == 0 and len(held_out) == 500
     with pytest.raises(ValueError, match="2 of 3 evaluation prompts are also training prompts"):
         train_math(small_cfg(), train_rows=ROWS, eval_rows=[ROWS[0], ROWS[2], EVAL_ROWS[0]],

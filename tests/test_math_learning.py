@@ -8,8 +8,7 @@ must add at least 10 points on the 500 held-out problems (seeds 0, 1 and 2 gaine
 
 from __future__ import annotations
 
-from grpo_minimal.config import MathConfig
-from grpo_minimal.lm import train_math
+from grpo_minimal.lm_train import MathConfig, train_math
 
 
 def test_a_short_grpo_run_raises_held_out_accuracy():

@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_minimal import PPOConfig, losses
+from grpo_minimal import losses
 from grpo_minimal import ppo as ppo_module
 from grpo_minimal.advantages import discounted_returns
 from grpo_minimal.cli import main
-from grpo_minimal.control import CategoricalPolicy, evaluate_policy, load_policy
+from grpo_minimal.envs import CategoricalPolicy, evaluate_policy
+from grpo_minimal.gym_grpo import load_policy
 from grpo_minimal.ppo import (
     ActorCritic,
+    PPOConfig,
     collect_rollout,
     gae,
     load_ppo_policy,
@@ -347,7 +349,7 @@ def test_cli_rejects_a_bad_ppo_value_naming_the_field(tmp_path, capsys):
 def test_ppo_trains_on_start_states_no_evaluation_uses(monkeypatch):
     """PPO's vector environments reset from TRAIN_SEED_LOW on, and a seed cannot be negative
     (it would move them into the evaluation ranges)."""
-    from grpo_minimal.config import TRAIN_SEED_LOW
+    from grpo_minimal.envs import TRAIN_SEED_LOW
 
     seeds, original = [], ppo_module.make_vector_env
 

@@ -9,13 +9,12 @@ One update, top to bottom (``train_cartpole``):
    normalised within the group (``step_advantages``);
 4. take ``num_iterations`` clipped gradient steps on the batch (``grpo_loss``), minus an entropy
    bonus, plus beta * k3 KL to a reference policy refreshed every ``ref_update_every`` updates;
-5. when the sampled returns look good, evaluate the greedy policy; stop once solved.
+5. when the sampled returns look good, evaluate the greedy policy; stop once solved
+   (``envs.TrainingLog``).
 
-Start states come from four disjoint ranges of reset seeds, so that no number is judged on the
-start states that decided it: training groups draw from ``[TRAIN_SEED_LOW, 2**31)``; the check
-that decides to stop uses ``STOP_SEED, STOP_SEED + 1, ...``; "solved" must also hold on a second,
-fresh set (``CONFIRM_SEED, ...``); reported ("held-out") figures use ``HELD_OUT_SEED, ...``, which
-decide nothing.
+Start states, the policy network and greedy evaluation are shared with PPO (``envs.py``):
+training groups draw their reset seeds from ``[TRAIN_SEED_LOW, 2**31)``, never an evaluation
+start state.
 
 Episodes end when the environment says ``terminated`` (failure: no future reward) or
 ``truncated`` (time limit). Both simply end the episode here: without a critic there is no value
@@ -26,8 +25,6 @@ from __future__ import annotations
 
 import copy
 import os
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,39 +33,76 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from .advantages import discounted_returns, masked_mean_std
-from .config import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW, CartPoleConfig
-from .losses import categorical_entropy, grpo_loss
+from .config import GRPOConfig, check_choice, check_range, option, override
+from .envs import (
+    MAX_EVAL_EPISODES,
+    TRAIN_SEED_LOW,
+    CategoricalPolicy,
+    TrainingLog,
+    make_env,
+    seed_everything,
+)
+from .losses import categorical_entropy, grpo_loss, masked_mean
+
+ADVANTAGE_MODES = ("per_step", "all_steps", "episode")
+BASELINES = ("mean", "rloo")
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (environment resets are seeded explicitly)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+@dataclass
+class CartPoleConfig(GRPOConfig):
+    """GRPO on a discrete-action gymnasium environment (CartPole-v1 by default).
 
+    A group is ``num_generations`` episodes that start from the same reset seed. The defaults
+    are the ones the benchmark in ``bench/cartpole.py`` measures.
+    """
 
-def make_env(env_id: str) -> gym.Env:
-    """Make a gymnasium environment and refuse any whose actions are not ``Discrete``."""
-    env = gym.make(env_id)
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        env.close()
-        raise ValueError(
-            f"env_id={env_id!r} has action space {env.action_space}; this trainer needs a "
-            "gymnasium.spaces.Discrete action space (a categorical policy), e.g. CartPole-v1"
-        )
-    if (
-        not isinstance(env.observation_space, gym.spaces.Box)
-        or len(env.observation_space.shape) != 1
-    ):
-        env.close()
-        raise ValueError(
-            f"env_id={env_id!r} has observation space {env.observation_space}; "
-            "this trainer needs a flat Box observation"
-        )
-    return env
+    env_id: str = option("CartPole-v1", "gymnasium id of a discrete-action environment")
+    groups_per_batch: int = option(
+        4, "start states (groups) per policy update; a batch holds groups_per_batch * G episodes"
+    )
+    total_env_steps: int = option(
+        200_000, "training budget in environment steps (training stops earlier once solved)"
+    )
+    gamma: float = option(0.99, "discount factor of the returns-to-go, in (0, 1]")
+    advantage: str = option(
+        "per_step",
+        "per_step: normalise R_t across the group at each t; all_steps: over all steps of the "
+        "group; episode: the episode's total return, broadcast to its steps (outcome reward)",
+    )
+    baseline: str = option(
+        "mean",
+        "mean: subtract the group mean (GRPO); rloo: subtract the mean of the other outputs, "
+        "i.e. scale the centred value by n/(n-1) (equation 3)",
+    )
+    entropy_coef: float = option(0.01, "weight of the entropy bonus")
+    hidden_size: int = option(64, "width of the two hidden layers of the policy MLP")
+    eval_episodes: int = option(100, "greedy episodes that decide whether the task is solved")
+    solve_threshold: float = option(
+        475.0, "mean greedy return that counts as solved (475 for CartPole-v1)"
+    )
+    stop_when_solved: bool = option(
+        True, "stop training at the first greedy evaluation that reaches solve_threshold"
+    )
+
+    num_iterations: int = override(GRPOConfig, "num_iterations", 4)
+    learning_rate: float = override(GRPOConfig, "learning_rate", 3e-3)
+    max_grad_norm: float = override(GRPOConfig, "max_grad_norm", 0.5)
+    loss_type: str = override(GRPOConfig, "loss_type", "bnpo")
+    beta: float = override(GRPOConfig, "beta", 0.0)
+    ref_update_every: int = override(GRPOConfig, "ref_update_every", 0)
+
+    def validate(self) -> None:
+        super().validate()
+        check_range("groups_per_batch", self.groups_per_batch, 1)
+        check_range("total_env_steps", self.total_env_steps, 1)
+        check_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
+        check_choice("advantage", self.advantage, ADVANTAGE_MODES)
+        check_choice("baseline", self.baseline, BASELINES)
+        check_range("entropy_coef", self.entropy_coef, 0.0)
+        check_range("hidden_size", self.hidden_size, 1)
+        check_range("eval_episodes", self.eval_episodes, 1, MAX_EVAL_EPISODES)
 
 
 def episode_limit(env: gym.Env, cfg: CartPoleConfig) -> int | None:
@@ -82,32 +116,6 @@ def episode_limit(env: gym.Env, cfg: CartPoleConfig) -> int | None:
             f"normaliser is the longest episode); env_id={cfg.env_id!r} has none"
         )
     return limit
-
-
-class CategoricalPolicy(nn.Module):
-    """pi(a | s): an MLP from a flat observation to the logits of a categorical distribution."""
-
-    def __init__(self, obs_dim: int, num_actions: int, hidden_size: int = 64) -> None:
-        super().__init__()
-        self.obs_dim, self.num_actions, self.hidden_size = obs_dim, num_actions, hidden_size
-        self.net = nn.Sequential(
-            nn.Linear(obs_dim, hidden_size),
-            nn.Tanh(),
-            nn.Linear(hidden_size, hidden_size),
-            nn.Tanh(),
-            nn.Linear(hidden_size, num_actions),
-        )
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs)
-
-    def log_prob(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """log pi(a | s) by gather, and the logits (for the entropy)."""
-        logits = self(obs)
-        logps = torch.log_softmax(logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        return logps, logits
 
 
 @dataclass
@@ -228,54 +236,11 @@ def step_advantages(batch: EpisodeBatch, cfg: CartPoleConfig) -> torch.Tensor:
     return advantages.reshape(n, -1) * batch.mask
 
 
-@torch.no_grad()
-def evaluate_policy(
-    policy: CategoricalPolicy, env_id: str, episodes: int = 100, seed: int = HELD_OUT_SEED
-) -> np.ndarray:
-    """Greedy returns of ``episodes`` episodes, reset with seeds seed, seed+1, ...
-
-    The default start states are the held-out ones (``HELD_OUT_SEED``): training never stops on
-    them, so their mean is a fair report of the trained policy.
-    """
-    envs = [make_env(env_id) for _ in range(episodes)]
-    batch = run_episodes(policy, envs, [seed + i for i in range(episodes)], greedy=True)
-    for env in envs:
-        env.close()
-    return batch.returns.numpy()
-
-
-def stopping_check(
-    policy: CategoricalPolicy, env_id: str, eval_episodes: int, solve_threshold: float
-) -> dict:
-    """The greedy check both CartPole trainers use to decide whether to stop.
-
-    10 episodes first (cheap while unsolved); if they reach the threshold, ``eval_episodes``
-    episodes from ``STOP_SEED``; if those reach it too, ``eval_episodes`` fresh ones from
-    ``CONFIRM_SEED``. Solved means both sets reach the threshold: a policy that passed the first
-    set by luck (the best of many checks) must pass again on start states it was not selected on.
-    Neither set is held out: both decide. Report ``evaluate_policy`` on ``HELD_OUT_SEED``.
-
-    Returns ``{"eval_return", "confirm_return" (if run), "solved", "env_steps"}``.
-    """
-    screen = evaluate_policy(policy, env_id, min(10, eval_episodes), STOP_SEED)
-    result = {"eval_return": float(screen.mean()), "env_steps": int(screen.sum())}
-    passed = result["eval_return"] >= solve_threshold
-    if passed and eval_episodes > 10:
-        full = evaluate_policy(policy, env_id, eval_episodes, STOP_SEED)
-        result["eval_return"] = float(full.mean())
-        result["env_steps"] += int(full.sum())
-        passed = result["eval_return"] >= solve_threshold
-    if passed:
-        confirm = evaluate_policy(policy, env_id, eval_episodes, CONFIRM_SEED)
-        result["confirm_return"] = float(confirm.mean())
-        result["env_steps"] += int(confirm.sum())
-        passed = result["confirm_return"] >= solve_threshold
-    result["solved"] = passed
-    return result
-
-
-def save_policy(policy: CategoricalPolicy, cfg: CartPoleConfig, path: str | os.PathLike) -> None:
-    """Write the policy and its config atomically (temp file, then rename)."""
+def save_policy(
+    policy: CategoricalPolicy, cfg: CartPoleConfig, path: str | os.PathLike, **extra
+) -> None:
+    """Write the policy, its config and any ``extra`` entries atomically (temp file, then
+    rename). ``load_policy`` reads it back; PPO saves its actor the same way."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -285,6 +250,7 @@ def save_policy(policy: CategoricalPolicy, cfg: CartPoleConfig, path: str | os.P
             "obs_dim": policy.obs_dim,
             "num_actions": policy.num_actions,
             "config": cfg.to_dict(),
+            **extra,
         },
         tmp,
     )
@@ -318,10 +284,8 @@ def train_cartpole(
     reference = copy.deepcopy(policy).requires_grad_(False) if cfg.beta > 0 else None
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
 
-    history: list[dict] = []
-    env_steps, eval_steps, start = 0, 0, time.perf_counter()
-    bar = tqdm(total=cfg.total_env_steps, desc="GRPO " + cfg.env_id, disable=not progress)
-    update = 0
+    log = TrainingLog(cfg, "GRPO", progress, on_update)
+    env_steps, update = 0, 0
     while env_steps < cfg.total_env_steps:
         # 1-2. a batch of groups: G episodes per start state
         group_seeds = rng.integers(TRAIN_SEED_LOW, 2**31, size=cfg.groups_per_batch)
@@ -341,7 +305,7 @@ def train_cartpole(
                 loss_type=cfg.loss_type, max_completion_length=max_episode_steps,
                 use_bias_correction_kl=cfg.use_bias_correction_kl,
             )  # fmt: skip
-            entropy = (categorical_entropy(logits) * batch.mask).sum() / batch.mask.sum()
+            entropy = masked_mean(categorical_entropy(logits), batch.mask)
             optimizer.zero_grad()
             (loss - cfg.entropy_coef * entropy).backward()
             if cfg.max_grad_norm > 0:
@@ -353,7 +317,7 @@ def train_cartpole(
         record = {
             "update": update,
             "env_steps": env_steps,
-            "wall_s": round(time.perf_counter() - start, 3),
+            "wall_s": log.elapsed(),
             "return_mean": returns.mean().item(),
             "return_min": returns.min().item(),
             "return_max": returns.max().item(),
@@ -361,21 +325,9 @@ def train_cartpole(
             "frac_truncated": (~batch.terminated).float().mean().item(),  # hit the time limit
             **{k: metrics[k] for k in ("loss", "kl", "clip_fraction")},
         }
-        # 5. greedy evaluation once the sampled returns look good
-        if returns.mean().item() >= 0.5 * cfg.solve_threshold:
-            check = stopping_check(policy, cfg.env_id, cfg.eval_episodes, cfg.solve_threshold)
-            eval_steps += check.pop("env_steps")
-            record.update(check)
-            record["wall_s"] = round(time.perf_counter() - start, 3)
-        record["eval_env_steps"] = eval_steps
-        history.append(record)
-        if on_update is not None:
-            on_update(record)
-        bar.update(min(batch.num_steps, cfg.total_env_steps - bar.n))
-        bar.set_postfix(ret=f"{record['return_mean']:.0f}", greedy=record.get("eval_return", "-"))
-        if record.get("solved") and cfg.stop_when_solved:
+        # 5. greedy evaluation once the sampled returns look good; stop once solved
+        if log.add(record, policy, batch.num_steps):
             break
-    bar.close()
     for env in envs:
         env.close()
-    return policy, history
+    return policy, log.close()

@@ -1,0 +1,320 @@
+r"""GRPO for causal language models: the step that teaches a model math from a reward.
+
+``LMGRPOTrainer.step`` runs these stages in this order; each is one named function (here, or in
+the shared core) whose docstring names its equation. Symbols follow the notebooks.
+
+1. **Sample a group per prompt** (``sample_completions``): G = ``num_generations`` completions of
+   each of ``prompts_per_step`` prompts, in one ``generate`` call, in consecutive blocks of G
+   (TRL's order). Everything after a completion's first EOS is masked, equation (15).
+2. **Score** (``rewards.score_completions``): the weighted sum of the reward functions, called
+   as TRL calls them; NaN where every function said ``None`` (cannot score).
+3. **Group advantages** (``advantages.group_advantages``): A_i = (r_i - mean) / (std + 1e-4),
+   equation (2), shared by every token of completion i; an unscored completion gets 0.
+4. **Per-token log-probs** (``completion_logps``), equation (16): log pi_old (only when
+   ``num_iterations > 1``; otherwise pi_old is the current policy, detached) and log pi_ref
+   (only when ``beta > 0``), both fixed during the update.
+5. **The loss and the optimizer step**, ``num_iterations`` times: ``losses.grpo_loss``,
+   equations (5)-(9), on each of ``gradient_accumulation_steps`` micro-batches of whole groups,
+   backward, gradient-norm clipping, one AdamW step, the learning-rate schedule.
+6. **Reference refresh**: with ``ref_update_every > 0`` the reference becomes a copy of the
+   policy every that many steps.
+
+Weights and AdamW state are float32; on a GPU the forward passes run in bf16 / fp16 through
+autocast (``device.py``). The training loop, evaluation and checkpoints are in ``lm_train.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from .advantages import group_advantages
+from .device import autocast, grad_scaler, pick_dtype
+from .lm_model import eos_token_ids, format_prompt
+from .losses import grpo_loss, masked_mean
+from .rewards import RewardFunc, reward_functions, reward_stats, score_completions
+
+if TYPE_CHECKING:
+    from .lm_train import MathConfig
+
+
+@dataclass
+class Rollout:
+    """P distinct prompts x G completions = N rows; completion i answers prompt i // G.
+
+    Prompts are stored once (left-padded), completions right-padded.
+    """
+
+    prompt_ids: torch.Tensor  # [P, Lp], one row per distinct prompt
+    prompt_mask: torch.Tensor  # [P, Lp]
+    completion_ids: torch.Tensor  # [N, C]
+    completion_mask: torch.Tensor  # [N, C], equation (15)
+    prompts: list[str] = field(default_factory=list)  # N prompt texts (each repeated G times)
+    completions: list[str] = field(default_factory=list)  # N decoded completions
+    rows: list[dict] = field(default_factory=list)  # N dataset rows, for the reward functions
+
+    @property
+    def num_generations(self) -> int:
+        return self.completion_ids.shape[0] // self.prompt_ids.shape[0]
+
+    def split(self, parts: int) -> list[tuple[slice, Rollout]]:
+        """``parts`` equal micro-batches of whole groups: (their rows, the micro-rollout)."""
+        G, prompts = self.num_generations, self.prompt_ids.shape[0]
+        if prompts % parts:  # unequal micro-batches would weight the loss unevenly
+            raise ValueError(
+                f"gradient_accumulation_steps={parts} must divide the number of prompts in a "
+                f"step, got {prompts} prompts"
+            )
+        size, micro = prompts // parts, []
+        for start in range(0, prompts, size):
+            p, r = slice(start, start + size), slice(start * G, (start + size) * G)
+            micro.append((r, Rollout(self.prompt_ids[p], self.prompt_mask[p],
+                                     self.completion_ids[r], self.completion_mask[r],
+                                     self.prompts[r], self.completions[r], self.rows[r])))  # fmt: skip
+        return micro
+
+
+def mask_after_eos(completion_ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
+    """Equation (15): 1 up to and including the first EOS of each row, 0 after it."""
+    is_eos = torch.isin(completion_ids, torch.tensor(list(eos_ids), device=completion_ids.device))
+    seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # an EOS earlier in the row
+    return (~seen_before).long()
+
+
+@torch.no_grad()
+def sample_completions(
+    model, tokenizer, rows: Sequence[dict], prompts: Sequence[str], *, num_generations: int,
+    max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, do_sample: bool = True,
+    eos_ids: Sequence[int] | None = None, amp=None,
+) -> Rollout:  # fmt: skip
+    """Step 1: G completions of each prompt, all in one batched ``generate`` call.
+
+    The sampling settings are a fresh ``GenerationConfig`` that stands in for the model's own
+    during the call: transformers fills every setting left unset from the model's generation
+    config, so a chat model's ``top_k=20``, ``min_p`` or ``repetition_penalty`` would otherwise
+    change the distribution whose log-probs the loss uses.
+    """
+    from transformers import GenerationConfig
+
+    G = num_generations
+    device = next(model.parameters()).device
+    eos_ids = list(eos_ids or eos_token_ids(model, tokenizer))
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    sampling = {"temperature": temperature, "top_p": top_p, "top_k": 0} if do_sample else {}
+    config = GenerationConfig(do_sample=do_sample, max_new_tokens=max_new_tokens,
+                              pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids,
+                              **sampling)  # fmt: skip
+    own_config, was_training = model.generation_config, model.training
+    model.generation_config = config
+    model.eval()
+    try:
+        with amp if amp is not None else contextlib.nullcontext():
+            output = model.generate(input_ids=prompt_ids.repeat_interleave(G, dim=0),
+                                    attention_mask=prompt_mask.repeat_interleave(G, dim=0),
+                                    generation_config=config)  # fmt: skip
+    finally:
+        model.generation_config = own_config
+        model.train(was_training)
+    completion_ids = output[:, prompt_ids.shape[1] :]
+    completion_mask = mask_after_eos(completion_ids, eos_ids)
+    completion_ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id)
+    return Rollout(
+        prompt_ids, prompt_mask, completion_ids, completion_mask,
+        prompts=[p for p in prompts for _ in range(G)],
+        completions=tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
+        rows=[r for r in rows for _ in range(G)],
+    )  # fmt: skip
+
+
+def completion_logits(model, rollout: Rollout) -> torch.Tensor:
+    """Logits [N, C, vocab] at the C positions that predict the completion tokens: one pass over
+    prompt + completion for every row, keeping only the last C + 1 positions."""
+    G, C = rollout.num_generations, rollout.completion_ids.shape[1]
+    input_ids = torch.cat([rollout.prompt_ids.repeat_interleave(G, dim=0),
+                           rollout.completion_ids], dim=1)  # fmt: skip
+    attention_mask = torch.cat([rollout.prompt_mask.repeat_interleave(G, dim=0),
+                                rollout.completion_mask], dim=1)  # fmt: skip
+    positions = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)  # left padding changes nothing
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                   logits_to_keep=C + 1, use_cache=False).logits  # fmt: skip
+    return logits[:, :-1]  # position t predicts completion token t
+
+
+def shared_prompt_logits(model, rollout: Rollout) -> torch.Tensor:
+    """``completion_logits`` with each prompt encoded once for its G completions (optional).
+
+    The prompt's key/value cache is copied G times and the completions run on from it: the same
+    numbers and gradients (tested), fewer operations (``bench/prompt_cache.py``). Unusable with
+    activation checkpointing, which turns the cache off.
+    """
+    G, C = rollout.num_generations, rollout.completion_ids.shape[1]
+    positions = (rollout.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
+    out = model(input_ids=rollout.prompt_ids, attention_mask=rollout.prompt_mask,
+                position_ids=positions, use_cache=True, logits_to_keep=1)  # fmt: skip
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(G)  # gradients flow back through the copies
+    first = out.logits[:, -1:].repeat_interleave(G, dim=0)  # predicts completion token 0
+    if C == 1:
+        return first
+    prompt_mask = rollout.prompt_mask.repeat_interleave(G, dim=0)
+    attention_mask = torch.cat([prompt_mask, rollout.completion_mask[:, :-1]], dim=1)
+    start = prompt_mask.sum(dim=1, keepdim=True)  # positions go on after the real prompt tokens
+    positions = start + torch.arange(C - 1, device=start.device)
+    rest = model(input_ids=rollout.completion_ids[:, :-1], attention_mask=attention_mask,
+                 position_ids=positions, past_key_values=cache, use_cache=True).logits  # fmt: skip
+    return torch.cat([first, rest], dim=1)
+
+
+def completion_logps(
+    model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
+    share_prompts: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """Step 4, equation (16): log pi(o_t | q, o_<t) = z[o_t] - logsumexp(z), z = logits / T, for
+    each completion token [N, C] (and its entropy, without gradient).
+
+    ``gather`` minus ``logsumexp``: no second [N, C, vocab] tensor (a full log-softmax) is kept
+    for the backward pass. Dividing by the sampling temperature T gives the log-probs of the
+    distribution the tokens were drawn from.
+    """
+    logits = (shared_prompt_logits if share_prompts else completion_logits)(model, rollout)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # >= fp32
+    token_logits = logits.gather(-1, rollout.completion_ids.unsqueeze(-1)).squeeze(-1)
+    logps = token_logits - torch.logsumexp(logits, dim=-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            probs = torch.softmax(logits, dim=-1)
+            entropy = torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
+    return logps, entropy
+
+
+class LMGRPOTrainer:
+    """Holds the policy, the reference, AdamW and the config; ``step(rows)`` is one GRPO step."""
+
+    def __init__(
+        self, cfg: MathConfig, model, tokenizer, reward_funcs: Sequence[RewardFunc] | None = None,
+        reward_weights: Sequence[float] | None = None,
+    ) -> None:  # fmt: skip
+        from transformers import get_scheduler
+
+        self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
+        self.device = next(model.parameters()).device
+        self.dtype = pick_dtype(self.device, cfg.dtype)
+        self.reward_funcs, self.reward_weights = reward_functions(
+            reward_funcs, reward_weights, cfg.format_weight
+        )
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.share_prompts = not cfg.gradient_checkpointing  # it turns the KV cache off
+        if cfg.gradient_checkpointing:  # renamed activation checkpointing in transformers 5
+            enable = getattr(model, "activation_checkpointing_enable", None)
+            (enable or model.gradient_checkpointing_enable)()
+        # a frozen copy in the policy's own precision, run under the same autocast: the KL is
+        # exactly 0 until the policy moves (a reference cast to bf16 / fp16 would differ from
+        # the fp32 policy at once, and beta would pull the policy towards rounded weights)
+        self.reference = copy.deepcopy(model).requires_grad_(False).eval() if cfg.beta > 0 else None
+        # fused: one kernel for all parameters (TRL's default, adamw_torch_fused, does the same)
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=True
+        )
+        # linear: the rate falls to 0 at the last optimizer step of max_steps (TRL's default)
+        self.scheduler = get_scheduler(cfg.lr_scheduler_type, self.optimizer, num_warmup_steps=0,
+                                       num_training_steps=cfg.max_steps * cfg.num_iterations)  # fmt: skip
+        self.scaler = grad_scaler(self.device, self.dtype)
+        self.steps_done = 0
+
+    def amp(self):
+        return autocast(self.device, self.dtype)
+
+    def sample(self, rows: Sequence[dict]) -> Rollout:
+        """Step 1 on dataset rows (prompts formatted with ``cfg.prompt_template``)."""
+        cfg = self.cfg
+        prompts = [format_prompt(r["prompt"], self.tokenizer, cfg.prompt_template) for r in rows]
+        return sample_completions(
+            self.model, self.tokenizer, rows, prompts, num_generations=cfg.num_generations,
+            max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
+            top_p=cfg.top_p, eos_ids=self.eos_ids, amp=self.amp(),
+        )  # fmt: skip
+
+    @torch.no_grad()
+    def fixed_logps(self, model, rollout: Rollout) -> torch.Tensor:
+        """Step 4: log-probs that stay fixed during the update (old policy or reference)."""
+        parts = []
+        for _, micro in rollout.split(self.cfg.gradient_accumulation_steps):
+            with self.amp():
+                parts.append(completion_logps(model, micro, self.cfg.temperature,
+                                              share_prompts=self.share_prompts)[0])  # fmt: skip
+        return torch.cat(parts)
+
+    def step(self, rows: Sequence[dict]) -> tuple[dict, Rollout]:
+        """One GRPO step on ``prompts_per_step`` dataset rows. Returns (metrics, rollout)."""
+        cfg, G = self.cfg, self.cfg.num_generations
+        start = time.perf_counter()
+        rollout = self.sample(rows)  # 1
+        sample_s = time.perf_counter() - start
+        # 2. reward functions get the dataset's prompts, as TRL passes them, not the chat text
+        rewards, reward_means = score_completions(
+            self.reward_funcs, self.reward_weights, [r["prompt"] for r in rollout.rows],
+            rollout.completions, rollout.rows,
+        )  # fmt: skip
+        advantages = group_advantages(torch.tensor(rewards), G, cfg.scale_rewards)  # 3
+        advantages = advantages.to(self.device)
+        old_logps = self.fixed_logps(self.model, rollout) if cfg.num_iterations > 1 else None  # 4
+        ref_logps = self.fixed_logps(self.reference, rollout) if self.reference else None
+        mask = rollout.completion_mask
+        num_items = mask.sum()  # tokens in the whole batch: dapo's normaliser
+        self.model.train()
+        sums = dict.fromkeys(("loss", "kl", "clip_fraction", "entropy"), 0.0)
+        for _ in range(cfg.num_iterations):  # 5
+            self.optimizer.zero_grad(set_to_none=True)
+            for mb, micro in rollout.split(cfg.gradient_accumulation_steps):
+                with self.amp():
+                    logps, entropy = completion_logps(self.model, micro, cfg.temperature,
+                                                      True, self.share_prompts)  # fmt: skip
+                loss, metrics = grpo_loss(
+                    logps, None if old_logps is None else old_logps[mb],
+                    None if ref_logps is None else ref_logps[mb], advantages[mb], mask[mb],
+                    beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
+                    loss_type=cfg.loss_type, max_completion_length=cfg.max_completion_length,
+                    num_items_in_batch=num_items, use_bias_correction_kl=cfg.use_bias_correction_kl,
+                )  # fmt: skip
+                if cfg.loss_type != "dapo":  # dapo already divides by the whole batch's tokens
+                    loss = loss / cfg.gradient_accumulation_steps
+                self.scaler.scale(loss).backward()
+                # metrics: token-weighted means over micro-batches and iterations
+                weight = (mask[mb].sum() / num_items.clamp(min=1)).item() / cfg.num_iterations
+                sums["loss"] += loss.item() / cfg.num_iterations
+                sums["kl"] += weight * metrics["kl"]
+                sums["clip_fraction"] += weight * metrics["clip_fraction"]
+                sums["entropy"] += weight * masked_mean(entropy, mask[mb]).item()
+            self.scaler.unscale_(self.optimizer)
+            max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+        self.steps_done += 1
+        if self.reference is not None and cfg.ref_update_every:  # 6
+            if self.steps_done % cfg.ref_update_every == 0:
+                self.reference.load_state_dict(self.model.state_dict())
+
+        step_s = time.perf_counter() - start
+        record = {
+            "step": self.steps_done,
+            **reward_stats(rewards, G),
+            **{f"reward/{name}": value for name, value in reward_means.items()},
+            **sums,
+            "grad_norm": float(grad_norm),
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "completion_length": mask.sum(dim=1).float().mean().item(),
+            "sample_s": round(sample_s, 4),
+            "step_s": round(step_s, 4),
+            "completions_per_s": len(rollout.completions) / step_s,
+        }
+        return record, rollout
