@@ -2,6 +2,8 @@
 
 - environments: ``make_env`` (refuses what a categorical MLP policy cannot act in) and
   ``make_vector_env`` (gymnasium's ``SyncVectorEnv``);
+- what both configurations share (``EnvConfig``): the environment, the budget, the network
+  width and the stopping rule;
 - the policy: ``CategoricalPolicy``, pi(a | s) = softmax(MLP(s)), the actor of both trainers;
 - greedy evaluation over many start states at once (``evaluate_policy``), the stopping check
   both trainers use (``stopping_check``) and the per-update bookkeeping around it
@@ -20,12 +22,15 @@ import functools
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+
+from .config import ValidatedConfig, check_range, option
 
 STOP_SEED = 10_000
 """First reset seed of the greedy check that decides to stop (screen and full check)."""
@@ -37,6 +42,37 @@ TRAIN_SEED_LOW = 1_000_000
 """Training draws reset seeds from [TRAIN_SEED_LOW, 2**31): never an evaluation state."""
 MAX_EVAL_EPISODES = CONFIRM_SEED - STOP_SEED
 """More greedy episodes than this would run the stopping range into the confirming one."""
+
+
+@dataclass
+class EnvConfig(ValidatedConfig):
+    """The fields GRPO's ``CartPoleConfig`` and ``PPOConfig`` share, with the same meaning."""
+
+    env_id: str = option("CartPole-v1", "gymnasium id of a discrete-action environment")
+    total_env_steps: int = option(
+        200_000, "training budget in environment steps (training stops earlier once solved)"
+    )
+    gamma: float = option(0.99, "discount factor, in (0, 1]")
+    entropy_coef: float = option(0.01, "weight of the entropy bonus")
+    hidden_size: int = option(
+        64, "width of the two hidden layers of the policy MLP (and of PPO's critic)"
+    )
+    eval_episodes: int = option(100, "greedy episodes that decide whether the task is solved")
+    solve_threshold: float = option(
+        475.0, "mean greedy return that counts as solved (475 for CartPole-v1)"
+    )
+    stop_when_solved: bool = option(
+        True, "stop training at the first greedy evaluation that reaches solve_threshold"
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        check_range("total_env_steps", self.total_env_steps, 1)
+        check_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
+        check_range("entropy_coef", self.entropy_coef, 0.0)
+        check_range("hidden_size", self.hidden_size, 1)
+        check_range("eval_episodes", self.eval_episodes, 1, MAX_EVAL_EPISODES)
+        check_range("solve_threshold", self.solve_threshold)
 
 
 def seed_everything(seed: int) -> None:
@@ -167,11 +203,11 @@ class TrainingLog:
     """What both CartPole trainers do after each update: the greedy stopping check once the
     sampled returns look good, the metrics record, the progress bar and the stopping decision.
 
-    ``cfg`` needs ``env_id``, ``eval_episodes``, ``solve_threshold``, ``stop_when_solved`` and
-    ``total_env_steps`` (``CartPoleConfig`` and ``PPOConfig`` both have them).
     """
 
-    def __init__(self, cfg, name: str, progress: bool, on_update: Callable[[dict], None] | None):
+    def __init__(
+        self, cfg: EnvConfig, name: str, progress: bool, on_update: Callable[[dict], None] | None
+    ):
         self.cfg, self.on_update = cfg, on_update
         self.history: list[dict] = []
         self.eval_steps = 0

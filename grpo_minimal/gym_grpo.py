@@ -37,9 +37,9 @@ from torch import nn
 from .advantages import discounted_returns, masked_mean_std
 from .config import GRPOConfig, check_choice, check_range, option, override
 from .envs import (
-    MAX_EVAL_EPISODES,
     TRAIN_SEED_LOW,
     CategoricalPolicy,
+    EnvConfig,
     TrainingLog,
     make_env,
     seed_everything,
@@ -51,21 +51,17 @@ BASELINES = ("mean", "rloo")
 
 
 @dataclass
-class CartPoleConfig(GRPOConfig):
+class CartPoleConfig(GRPOConfig, EnvConfig):
     """GRPO on a discrete-action gymnasium environment (CartPole-v1 by default).
 
     A group is ``num_generations`` episodes that start from the same reset seed. The defaults
-    are the ones the benchmark in ``bench/cartpole.py`` measures.
+    are the ones the benchmark in ``bench/cartpole.py`` measures. The environment, budget and
+    stopping fields are ``envs.EnvConfig``'s, shared with PPO.
     """
 
-    env_id: str = option("CartPole-v1", "gymnasium id of a discrete-action environment")
     groups_per_batch: int = option(
         4, "start states (groups) per policy update; a batch holds groups_per_batch * G episodes"
     )
-    total_env_steps: int = option(
-        200_000, "training budget in environment steps (training stops earlier once solved)"
-    )
-    gamma: float = option(0.99, "discount factor of the returns-to-go, in (0, 1]")
     advantage: str = option(
         "per_step",
         "per_step: normalise R_t across the group at each t; all_steps: over all steps of the "
@@ -75,15 +71,6 @@ class CartPoleConfig(GRPOConfig):
         "mean",
         "mean: subtract the group mean (GRPO); rloo: subtract the mean of the other outputs, "
         "i.e. scale the centred value by n/(n-1) (equation 3)",
-    )
-    entropy_coef: float = option(0.01, "weight of the entropy bonus")
-    hidden_size: int = option(64, "width of the two hidden layers of the policy MLP")
-    eval_episodes: int = option(100, "greedy episodes that decide whether the task is solved")
-    solve_threshold: float = option(
-        475.0, "mean greedy return that counts as solved (475 for CartPole-v1)"
-    )
-    stop_when_solved: bool = option(
-        True, "stop training at the first greedy evaluation that reaches solve_threshold"
     )
 
     num_iterations: int = override(GRPOConfig, "num_iterations", 4)
@@ -96,13 +83,8 @@ class CartPoleConfig(GRPOConfig):
     def validate(self) -> None:
         super().validate()
         check_range("groups_per_batch", self.groups_per_batch, 1)
-        check_range("total_env_steps", self.total_env_steps, 1)
-        check_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check_choice("advantage", self.advantage, ADVANTAGE_MODES)
         check_choice("baseline", self.baseline, BASELINES)
-        check_range("entropy_coef", self.entropy_coef, 0.0)
-        check_range("hidden_size", self.hidden_size, 1)
-        check_range("eval_episodes", self.eval_episodes, 1, MAX_EVAL_EPISODES)
 
 
 def episode_limit(env: gym.Env, cfg: CartPoleConfig) -> int | None:

@@ -36,8 +36,9 @@ import torch
 
 from .advantages import group_advantages
 from .device import autocast, grad_scaler, pick_dtype
-from .lm_model import eos_token_ids, format_prompt
+from .lm_model import enable_activation_checkpointing, eos_token_ids, format_prompt
 from .losses import grpo_loss, masked_mean
+from .prompt_cache import shared_prompt_logits
 from .rewards import RewardFunc, reward_functions, reward_stats, score_completions
 
 if TYPE_CHECKING:
@@ -147,37 +148,13 @@ def completion_logits(model, rollout: Rollout) -> torch.Tensor:
     return logits[:, :-1]  # position t predicts completion token t
 
 
-def shared_prompt_logits(model, rollout: Rollout) -> torch.Tensor:
-    """``completion_logits`` with each prompt encoded once for its G completions (optional).
-
-    The prompt's key/value cache is copied G times and the completions run on from it: the same
-    numbers and gradients (tested), fewer operations (``bench/prompt_cache.py``). Unusable with
-    activation checkpointing, which turns the cache off.
-    """
-    G, C = rollout.num_generations, rollout.completion_ids.shape[1]
-    positions = (rollout.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
-    out = model(input_ids=rollout.prompt_ids, attention_mask=rollout.prompt_mask,
-                position_ids=positions, use_cache=True, logits_to_keep=1)  # fmt: skip
-    cache = out.past_key_values
-    cache.batch_repeat_interleave(G)  # gradients flow back through the copies
-    first = out.logits[:, -1:].repeat_interleave(G, dim=0)  # predicts completion token 0
-    if C == 1:
-        return first
-    prompt_mask = rollout.prompt_mask.repeat_interleave(G, dim=0)
-    attention_mask = torch.cat([prompt_mask, rollout.completion_mask[:, :-1]], dim=1)
-    start = prompt_mask.sum(dim=1, keepdim=True)  # positions go on after the real prompt tokens
-    positions = start + torch.arange(C - 1, device=start.device)
-    rest = model(input_ids=rollout.completion_ids[:, :-1], attention_mask=attention_mask,
-                 position_ids=positions, past_key_values=cache, use_cache=True).logits  # fmt: skip
-    return torch.cat([first, rest], dim=1)
-
-
 def completion_logps(
     model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
     share_prompts: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """Step 4, equation (16): log pi(o_t | q, o_<t) = z[o_t] - logsumexp(z), z = logits / T, for
-    each completion token [N, C] (and its entropy, without gradient).
+    each completion token [N, C] (and its entropy, without gradient). ``share_prompts`` takes
+    the logits from ``prompt_cache.shared_prompt_logits`` (same numbers, faster).
 
     ``gather`` minus ``logsumexp``: no second [N, C, vocab] tensor (a full log-softmax) is kept
     for the backward pass. Dividing by the sampling temperature T gives the log-probs of the
@@ -212,9 +189,8 @@ class LMGRPOTrainer:
         )
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.share_prompts = not cfg.gradient_checkpointing  # it turns the KV cache off
-        if cfg.gradient_checkpointing:  # renamed activation checkpointing in transformers 5
-            enable = getattr(model, "activation_checkpointing_enable", None)
-            (enable or model.gradient_checkpointing_enable)()
+        if cfg.gradient_checkpointing:
+            enable_activation_checkpointing(model)
         # a frozen copy in the policy's own precision, run under the same autocast: the KL is
         # exactly 0 until the policy moves (a reference cast to bf16 / fp16 would differ from
         # the fp32 policy at once, and beta would pull the policy towards rounded weights)

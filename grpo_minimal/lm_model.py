@@ -64,6 +64,12 @@ def disable_dropout(model: torch.nn.Module) -> None:
             module.p = 0.0
 
 
+def enable_activation_checkpointing(model) -> None:
+    """Recompute activations in the backward pass instead of storing them (less GPU memory)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers 5's name
+    (enable or model.gradient_checkpointing_enable)()
+
+
 def eos_token_ids(model, tokenizer) -> list[int]:
     """Every token that ends a completion: the tokenizer's EOS and the model's (chat models
     often have two, e.g. ``<|im_end|>`` and ``<|endoftext|>``)."""

@@ -47,11 +47,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import ValidatedConfig, check_range, option
+from .config import check_range, option, override
 from .envs import (
-    MAX_EVAL_EPISODES,
     TRAIN_SEED_LOW,
     CategoricalPolicy,
+    EnvConfig,
     TrainingLog,
     make_vector_env,
     mlp,
@@ -62,19 +62,17 @@ from .losses import categorical_entropy, clipped_surrogate, clipped_tokens, kl_k
 
 
 @dataclass
-class PPOConfig(ValidatedConfig):
+class PPOConfig(EnvConfig):
     """PPO with a learned critic and GAE(lambda) on a discrete-action gymnasium environment.
 
     The defaults are the standard CartPole-v1 configuration of CleanRL's ``ppo.py`` (500k steps,
     4 envs x 128 steps, lr 2.5e-4 annealed, GAE 0.95, clip 0.2, 4 epochs x 4 minibatches), the
     PPO baseline that notebook 03 and ``bench/ppo_vs_grpo.py`` measure GRPO against. Fields that
-    mean the same as in ``CartPoleConfig`` have the same name.
+    mean the same as in ``CartPoleConfig`` have the same name; the environment, budget and
+    stopping fields are ``envs.EnvConfig``'s, shared with GRPO.
     """
 
-    env_id: str = option("CartPole-v1", "gymnasium id of a discrete-action environment")
-    total_env_steps: int = option(
-        500_000, "training budget in environment steps (training stops earlier once solved)"
-    )
+    total_env_steps: int = override(EnvConfig, "total_env_steps", 500_000)
     num_envs: int = option(4, "environments stepped side by side (gymnasium.vector.SyncVectorEnv)")
     num_steps: int = option(
         128,
@@ -83,7 +81,6 @@ class PPOConfig(ValidatedConfig):
     )
     learning_rate: float = option(2.5e-4, "Adam step size at the start of training")
     anneal_lr: bool = option(True, "decay the learning rate linearly to 0 over total_env_steps")
-    gamma: float = option(0.99, "discount factor, in (0, 1]")
     gae_lambda: float = option(
         0.95,
         "lambda of GAE (equation 11): 0 is the one-step TD error, 1 the Monte Carlo return minus V",
@@ -107,29 +104,18 @@ class PPOConfig(ValidatedConfig):
     clip_value_loss: bool = option(
         True, "clip the value update around the rollout's value, equation (13)"
     )
-    entropy_coef: float = option(0.01, "weight of the entropy bonus")
     value_coef: float = option(0.5, "weight of the value loss")
     max_grad_norm: float = option(
         0.5, "clip the global gradient norm to this value; 0 disables clipping"
-    )
-    hidden_size: int = option(64, "width of the two hidden layers of the actor and of the critic")
-    eval_episodes: int = option(100, "greedy episodes that decide whether the task is solved")
-    solve_threshold: float = option(
-        475.0, "mean greedy return that counts as solved (475 for CartPole-v1)"
-    )
-    stop_when_solved: bool = option(
-        True, "stop training at the first greedy evaluation that reaches solve_threshold"
     )
     seed: int = option(0, "seed for random, numpy, torch and environment resets")
 
     def validate(self) -> None:
         """Check every field; a bad value raises ``ValueError`` naming the field."""
         super().validate()
-        check_range("total_env_steps", self.total_env_steps, 1)
         check_range("num_envs", self.num_envs, 1)
         check_range("num_steps", self.num_steps, 1)
         check_range("learning_rate", self.learning_rate, 0.0, low_open=True)
-        check_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
         check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
         check_range("num_iterations", self.num_iterations, 1)
         check_range("num_minibatches", self.num_minibatches, 1)
@@ -140,13 +126,9 @@ class PPOConfig(ValidatedConfig):
                 f"got {self.num_minibatches}"
             )
         check_range("epsilon", self.epsilon, 0.0, 1.0, low_open=True, high_open=True)
-        check_range("entropy_coef", self.entropy_coef, 0.0)
         check_range("value_coef", self.value_coef, 0.0)
         check_range("max_grad_norm", self.max_grad_norm, 0.0)
         check_range("seed", self.seed, 0)  # negative seeds would reach the evaluation seeds
-        check_range("hidden_size", self.hidden_size, 1)
-        check_range("eval_episodes", self.eval_episodes, 1, MAX_EVAL_EPISODES)
-        check_range("solve_threshold", self.solve_threshold)
 
 
 def _orthogonal_init(net: nn.Sequential, last_gain: float) -> None:
@@ -431,18 +413,13 @@ def train_ppo(
 def save_ppo_policy(policy: CategoricalPolicy, cfg: PPOConfig, path: str | os.PathLike) -> None:
     """Write the actor in the format ``gym_grpo.load_policy`` reads, plus the PPO config.
 
-    ``config`` holds what evaluation needs (env id, width, threshold) as a ``CartPoleConfig``,
-    so ``grpo-minimal evaluate cartpole`` loads PPO and GRPO policies alike; the full PPO
-    configuration is under ``ppo_config``. Written atomically (``gym_grpo.save_policy``).
+    ``config`` holds the shared fields (``EnvConfig``: env id, width, threshold, ...) as a
+    ``CartPoleConfig``, so ``grpo-minimal evaluate cartpole`` loads PPO and GRPO policies alike;
+    the full PPO configuration is under ``ppo_config``. Written atomically
+    (``gym_grpo.save_policy``).
     """
-    shared = CartPoleConfig(
-        env_id=cfg.env_id,
-        hidden_size=cfg.hidden_size,
-        gamma=cfg.gamma,
-        eval_episodes=cfg.eval_episodes,
-        solve_threshold=cfg.solve_threshold,
-        seed=cfg.seed,
-    )
+    shared_fields = {name: getattr(cfg, name) for name in EnvConfig.__dataclass_fields__}
+    shared = CartPoleConfig(seed=cfg.seed, **shared_fields)
     save_policy(policy, shared, path, algo="ppo", ppo_config=cfg.to_dict())
 
 

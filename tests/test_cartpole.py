@@ -235,3 +235,17 @@ def test_solved_must_hold_on_fresh_start_states(monkeypatch):
 def test_evaluation_episodes_cannot_run_into_the_next_seed_range():
     with pytest.raises(ValueError, match="eval_episodes must be in"):
         CartPoleConfig(eval_episodes=CONFIRM_SEED - STOP_SEED + 1)
+
+
+def test_greedy_evaluation_over_a_vector_env_is_one_episode_per_start_state():
+    """``evaluate_policy`` steps all episodes together in one vector env (finished ones keep
+    stepping into new episodes, which must not count): its returns equal those of greedy
+    episodes run one start state at a time."""
+    torch.manual_seed(3)
+    policy = CategoricalPolicy(4, 2, 8)  # an untrained policy: episodes of unequal length
+    seeds = [HELD_OUT_SEED + i for i in range(12)]
+    one_by_one = [run_episodes(policy, [make_env("CartPole-v1")], [s], greedy=True).returns.item()
+                  for s in seeds]  # fmt: skip
+    together = evaluate_policy(policy, "CartPole-v1", 12)
+    assert len(set(one_by_one)) > 1  # the lengths really differ
+    assert together.tolist() == one_by_one

@@ -19,10 +19,12 @@ from grpo_minimal import (
     categorical_entropy,
     categorical_kl,
     clipped_surrogate,
+    clipped_tokens,
     grpo_loss,
     kl_k1,
     kl_k2,
     kl_k3,
+    masked_mean,
     policy_ratio,
 )
 from grpo_minimal.losses import expected_kl_loss_gradient
@@ -329,3 +331,22 @@ def test_expected_kl_loss_gradient_handles_batches_and_leaves_inputs_alone():
 def test_expected_kl_loss_gradient_refuses_unknown_estimators():
     with pytest.raises(ValueError, match="estimator"):
         expected_kl_loss_gradient(POLICY_LOGITS, REF_LOGITS, "k4")
+
+
+def test_clipped_tokens_hand_computed():
+    """The clip of (6) acts below 1 - eps on negative advantages, above 1 + eps_high on positive
+    ones; nowhere else (both trainers' clip fraction counts these tokens)."""
+    ratio = torch.tensor([0.7, 0.7, 1.3, 1.3, 1.0, 1.3])
+    advantages = torch.tensor([-1.0, 1.0, 1.0, -1.0, 1.0, 0.0])
+    low, high = clipped_tokens(ratio, advantages, 0.2)
+    assert low.tolist() == [True, False, False, False, False, False]
+    assert high.tolist() == [False, False, True, False, False, False]
+    _, high = clipped_tokens(ratio, advantages, 0.2, epsilon_high=0.4)  # clip-higher
+    assert not high.any()
+
+
+def test_masked_mean_hand_computed():
+    values = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert masked_mean(values, mask).item() == 2.0  # (1 + 2 + 3) / 3
+    assert masked_mean(values, torch.zeros(2, 3)).item() == 0.0  # empty mask: 0, not NaN
