@@ -34,6 +34,7 @@ bench: setup
 	$(PY) bench/rewards.py
 	$(PY) bench/widgets.py
 	$(PY) bench/llm_step.py
+	$(PY) bench/prompt_cache.py
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
