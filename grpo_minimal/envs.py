@@ -201,9 +201,7 @@ def stopping_check(
 
 class TrainingLog:
     """What both CartPole trainers do after each update: the greedy stopping check once the
-    sampled returns look good, the metrics record, the progress bar and the stopping decision.
-
-    """
+    sampled returns look good, the metrics record, the progress bar and the stopping decision."""
 
     def __init__(
         self, cfg: EnvConfig, name: str, progress: bool, on_update: Callable[[dict], None] | None
