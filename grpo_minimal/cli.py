@@ -191,6 +191,8 @@ def prepare_evaluate_math(args: argparse.Namespace):
     cfg = _math_config(args, saved)
     if args.n < 1:
         raise ValueError(f"--n must be at least 1, got {args.n}")
+    if args.samples < 0:
+        raise ValueError(f"--samples must be 0 (greedy only) or more, got {args.samples}")
     rows = load_eval_rows(cfg.dataset, cfg.eval_split, args.n)[1]
     overlap = None  # unknown: not a checkpoint of ours, so what it was trained on is unknown
     if saved is not None and "dataset" in saved:  # checked against what it was trained on
@@ -201,20 +203,24 @@ def prepare_evaluate_math(args: argparse.Namespace):
 
 
 def run_evaluate_math(args: argparse.Namespace, prepared) -> dict:
-    """Greedy accuracy of a model (a checkpoint written by ``math``, or any causal LM)."""
+    """Greedy accuracy of a model (a checkpoint written by ``math``, or any causal LM); with
+    ``--samples N`` also pass@1, pass@N and maj@N of N sampled completions per problem."""
     import torch
     from transformers import set_seed
 
     from .device import pick_device
     from .lm_model import load_model
-    from .lm_train import evaluate_accuracy
+    from .lm_train import evaluate_accuracy, evaluate_samples
 
     cfg, rows, overlap = prepared
     set_seed(cfg.seed)
     model, tokenizer = load_model(args.model, pick_device(cfg.device))
     with torch.no_grad():
         accuracy, _ = evaluate_accuracy(model, tokenizer, rows, cfg, args.batch_size)
-    return {
+        sampled = {}
+        if args.samples:
+            sampled = evaluate_samples(model, tokenizer, rows, cfg, args.samples, args.batch_size)
+    summary = {
         "model": args.model,
         "dataset": cfg.dataset,
         "split": cfg.eval_split,
@@ -222,6 +228,9 @@ def run_evaluate_math(args: argparse.Namespace, prepared) -> dict:
         "accuracy": accuracy,
         "eval_overlap": overlap,
     }
+    if sampled:
+        summary.update(samples=args.samples, temperature=cfg.temperature, **sampled)
+    return summary
 
 
 def _peek_algo(argv: list[str] | None) -> str:
@@ -316,7 +325,16 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     )
     ev_math.add_argument("--device", help="auto, cpu, cuda or cuda:N (auto unless given)")
     ev_math.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (auto unless given)")
-    ev_math.add_argument("--batch-size", type=int, default=256, help="prompts per generate call")
+    ev_math.add_argument(
+        "--batch-size", type=int, default=256, help="completions per generate call"
+    )
+    ev_math.add_argument(
+        "--samples",
+        type=int,
+        default=0,
+        help="also sample this many completions per problem (at the training temperature) and "
+        "report pass@1, pass@N and maj@N beside the greedy accuracy (0: greedy only)",
+    )
     ev_math.add_argument("--seed", type=int, help="seed (0 unless given)")
     ev_math.add_argument(
         "--allow-eval-overlap",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ from .lm_model import (
     load_model,
     quiet_transformers,
 )
-from .rewards import RewardFunc, accuracy_reward
+from .rewards import RewardFunc, accuracy_reward, extract_value, parse_gold
+from .sampling_metrics import majority_vote, pass_at_k
 
 PROMPT_TEMPLATES = ("plain", "r1", "boxed")
 
@@ -296,29 +298,63 @@ def train_math(
     return trainer, history
 
 
+def _completions_of(model, tokenizer, rows, cfg: MathConfig, batch_size: int, samples: int):
+    """Yield (rows, rollout) in chunks: one greedy completion per row, or ``samples`` sampled at
+    ``cfg.temperature`` / ``top_p``; prompts formatted and checked as in training."""
+    check_rows(rows, "evaluation", needs_answer=True)
+    device = next(model.parameters()).device
+    amp = autocast(device, pick_dtype(device, cfg.dtype))
+    eos_ids = eos_token_ids(model, tokenizer)
+    per_call = max(1, batch_size // max(samples, 1))
+    for start in range(0, len(rows), per_call):
+        chunk = list(rows[start : start + per_call])
+        prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in chunk]
+        check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
+        yield chunk, sample_completions(
+            model, tokenizer, chunk, prompts, num_generations=max(samples, 1),
+            max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
+            top_p=cfg.top_p, do_sample=samples > 0, eos_ids=eos_ids, amp=amp,
+        )  # fmt: skip
+
+
 @torch.no_grad()
 def evaluate_accuracy(
     model, tokenizer, rows: Sequence[dict], cfg: MathConfig, batch_size: int = 256
 ) -> tuple[float, list[str]]:
     """Fraction of ``rows`` whose greedy completion is correct (``accuracy_reward``), and the
     completions. Prompts are formatted and cut as in training (``cfg``)."""
-    check_rows(rows, "evaluation", needs_answer=True)
-    device = next(model.parameters()).device
-    amp = autocast(device, pick_dtype(device, cfg.dtype))
-    eos_ids = eos_token_ids(model, tokenizer)
     completions: list[str] = []
     correct = 0.0
-    for start in range(0, len(rows), batch_size):
-        chunk = list(rows[start : start + batch_size])
-        prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in chunk]
-        check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
-        rollout = sample_completions(
-            model, tokenizer, chunk, prompts, num_generations=1,
-            max_new_tokens=cfg.max_completion_length, do_sample=False, eos_ids=eos_ids, amp=amp,
-        )  # fmt: skip
+    for chunk, rollout in _completions_of(model, tokenizer, rows, cfg, batch_size, samples=0):
         completions += rollout.completions
         correct += sum(accuracy_reward(rollout.completions, [r["answer"] for r in chunk]))
     return correct / len(rows), completions
+
+
+@torch.no_grad()
+def evaluate_samples(
+    model, tokenizer, rows: Sequence[dict], cfg: MathConfig, samples: int, batch_size: int = 256
+) -> dict[str, float]:
+    """pass@1, pass@N and maj@N (``sampling_metrics``) of N = ``samples`` completions per row,
+    sampled as in training (``cfg.temperature``, ``cfg.top_p``), averaged over the rows."""
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    pass_1, pass_n, majority = [], [], []
+    for _, rollout in _completions_of(model, tokenizer, rows, cfg, batch_size, samples):
+        correct = accuracy_reward(rollout.completions, [r["answer"] for r in rollout.rows])
+        for start in range(0, len(correct), samples):
+            c = int(sum(correct[start : start + samples]))
+            pass_1.append(pass_at_k(samples, c, 1))
+            pass_n.append(pass_at_k(samples, c, samples))
+            vote = majority_vote(
+                [extract_value(text) for text in rollout.completions[start : start + samples]]
+            )
+            majority.append(vote is not None and vote == parse_gold(rollout.rows[start]["answer"]))
+    return {
+        "pass@1": statistics.fmean(pass_1),
+        f"pass@{samples}": statistics.fmean(pass_n),
+        f"maj@{samples}": statistics.fmean(majority),
+    }
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, config: dict | None = None):
