@@ -57,7 +57,9 @@ def test_pass_at_k_refuses_bad_counts_naming_them(n, c, k, field):
 
 def test_majority_vote_counts_values_and_breaks_ties_by_first_sample():
     assert majority_vote([3, 4, 4, 3]) == 3  # a tie: 3 was sampled first
+    assert majority_vote([3, 4, 3, 4]) == 3
     assert majority_vote([4, 3, 3, 4]) == 4
+    assert majority_vote([2, 4, 4, 3]) == 4  # no tie
     assert majority_vote([None, 5, None, None]) == 5  # no answer does not vote
     assert majority_vote([None, None]) is None
     assert majority_vote([]) is None
