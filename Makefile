@@ -35,6 +35,7 @@ bench: setup
 	$(PY) bench/widgets.py
 	$(PY) bench/llm_step.py
 	$(PY) bench/prompt_cache.py
+	$(PY) bench/ablations.py
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
