@@ -40,7 +40,7 @@ PROMPT_TEMPLATES = ("plain", "r1", "boxed")
 
 @dataclass
 class MathConfig(GRPOConfig):
-    """GRPO on a causal language model with verifiable math rewards (``lm_grpo.py``, ``lm_train.py``).
+    """GRPO on a causal LM with verifiable math rewards (``lm_grpo.py``, ``lm_train.py``).
 
     The defaults are the CPU lesson of notebook 06: the shipped tiny model (``data/tiny_math_lm``)
     learns two-digit addition from the accuracy reward. ``MathConfig.for_device()`` returns them
