@@ -50,7 +50,6 @@ __all__ = [
     "answer_segments",
     "combined_reward",
     "completion_text",
-    "reward_functions",
     "extract_answer",
     "extract_value",
     "format_reward",
@@ -58,6 +57,7 @@ __all__ = [
     "make_combined_reward",
     "parse_gold",
     "parse_number",
+    "reward_functions",
     "reward_stats",
     "score_completions",
 ]
