@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,9 @@ from tqdm.auto import tqdm
 from grpo_minimal.data import load_math_rows
 from grpo_minimal.lm_train import MathConfig, train_math
 from grpo_minimal.stats import bootstrap_ci
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+from make_arithmetic import problem_key  # noqa: E402  (a+b and b+a are one problem)
 
 VARIANTS: dict[str, dict] = {
     "default": {},
@@ -45,16 +49,6 @@ VARIANTS: dict[str, dict] = {
     "constant_lr": {"lr_scheduler_type": "constant"},
 }
 """Overrides of ``MathConfig()``, by name."""
-
-
-def problem_key(prompt: str) -> tuple:
-    """``23+45=`` and ``45+23=`` are one problem (as in ``data/make_arithmetic.py``)."""
-    for op in "+*-":
-        left, sep, right = prompt.rstrip("=").partition(op)
-        if sep and left:
-            a, b = int(left), int(right)
-            return (op, *sorted((a, b))) if op in "+*" else (op, a, b)
-    return (prompt,)
 
 
 def split_train_validation(rows: list[dict], size: int) -> tuple[list[dict], list[dict]]:

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from transformers import set_seed
 
 from .config import GRPOConfig, check_choice, check_range, option, override
-from .data import check_held_out, check_rows, load_eval_rows, load_train_eval_rows
+from .data import check_held_out, check_rows, load_eval_rows, load_math_rows
 from .device import DEVICE_NAMES, DTYPE_NAMES, autocast, peak_memory_mb, pick_device, pick_dtype
 from .lm_grpo import LMGRPOTrainer, sample_completions
 from .lm_model import (
@@ -230,11 +230,8 @@ def train_math(
     else:
         set_seed(cfg.seed)
     if train_rows is None:
-        train_rows, default_eval = load_train_eval_rows(
-            cfg.dataset, cfg.eval_split, cfg.eval_n, cfg.allow_eval_overlap
-        )
-        eval_rows = default_eval if eval_rows is None else eval_rows
-    elif eval_rows is None:
+        train_rows = load_math_rows(cfg.dataset, "train")
+    if eval_rows is None:
         eval_rows = load_eval_rows(cfg.dataset, cfg.eval_split, cfg.eval_n)[1]
     check_rows(train_rows, "training", needs_answer=reward_funcs is None)
     check_rows(eval_rows, "evaluation", needs_answer=True)

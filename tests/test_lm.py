@@ -315,8 +315,6 @@ def test_a_raising_reward_names_the_completion():
         )
 
 
-
-
 def test_empty_dataset_is_a_clear_error(tiny):
     model, tokenizer = tiny
     with pytest.raises(ValueError, match="training dataset is empty"):
@@ -591,6 +589,8 @@ def test_held_out_rows_that_are_training_rows_are_refused(tmp_path):
     assert count_overlap(ROWS, [*EVAL_ROWS, ROWS[1], {"prompt": " 23+45= "}]) == 2
     with pytest.raises(ValueError, match=r"20 of 20 evaluation prompts.*also training prompts"):
         load_train_eval_rows("gsm8k_sample", "test", 20)
+    with pytest.raises(ValueError, match=r"20 of 20 evaluation prompts.*also training prompts"):
+        train_math(small_cfg(dataset="gsm8k_sample", eval_n=20))  # it loads the rows itself
     train, held_out = load_train_eval_rows("gsm8k_sample", "test", 20, allow_overlap=True)
     assert held_out == train[:20]
     train, held_out = load_train_eval_rows("arithmetic", "test", 500)
