@@ -5,6 +5,9 @@
     grpo-minimal evaluate cartpole --policy runs/cartpole/policy.pt --episodes 100
     grpo-minimal math --out runs/math            # the tiny model on 2-digit addition (CPU)
     grpo-minimal evaluate math --model runs/math  # held-out greedy accuracy, one JSON line
+    grpo-minimal lab check notebooks/labs/01_advantages.ipynb   # a learner checks their lab
+    grpo-minimal lab grade submissions/ --out grades.csv         # an instructor grades a folder
+    grpo-minimal lab build                                       # = make labs
 
 Every field of the config dataclass is a flag (``--num-generations 16``, ``--beta 0.04``);
 ``--help`` lists them with their meaning. ``--algo`` picks the dataclass (``CartPoleConfig`` for
@@ -240,6 +243,54 @@ def _peek_algo(argv: list[str] | None) -> str:
     return peek.parse_known_args(argv)[0].algo
 
 
+def prepare_lab_check(args: argparse.Namespace) -> Path:
+    notebook = Path(args.notebook)
+    if notebook.suffix != ".ipynb" or not notebook.is_file():
+        raise ValueError(f"notebook: no .ipynb file at {notebook}")
+    return notebook
+
+
+def run_lab_check(args: argparse.Namespace, notebook: Path) -> dict:
+    from .labs.grading import check_notebook
+
+    results = check_notebook(notebook)
+    for result in results:
+        print(f"{'PASS' if result.passed else 'FAIL'}  {result.name}")
+        if not result.passed:
+            print("      " + result.first_failure.replace("\n", "\n      "))
+    failed = [r.name for r in results if not r.passed]
+    return {"notebook": str(notebook), "passed": len(results) - len(failed), "failed": failed}
+
+
+def prepare_lab_grade(args: argparse.Namespace) -> Path:
+    folder = Path(args.folder)
+    if not folder.is_dir() or not any(folder.glob("*.ipynb")):
+        raise ValueError(f"folder: {folder} holds no submitted .ipynb notebooks")
+    if not Path(args.grader).is_dir():
+        raise ValueError(f"--grader: no folder {args.grader}; run `make labs` to build the graders")
+    return folder
+
+
+def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
+    from .labs.grading import grade_folder
+
+    rows = grade_folder(folder, Path(args.out), Path(args.grader))
+    for row in rows:
+        print(f"{row['total']:g} / {row['possible']:g}  {row['notebook']}")
+    return {"graded": len(rows), "out": args.out}
+
+
+def run_lab_build(args: argparse.Namespace, _: None) -> dict:
+    from .labs.build import build_labs, check_student_notebooks
+
+    if args.check:
+        stale = check_student_notebooks()
+        for name in stale:
+            print(f"notebooks/labs/{name}.ipynb differs from instructor/labs/{name}.py: run make labs")
+        return {"stale": stale, "failed": stale}
+    return {"built": build_labs(run_tests=args.run_tests, only=args.only), "grader": "build/labs"}
+
+
 def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpo-minimal", description="GRPO, from CartPole to math-reward LLM training."
@@ -343,6 +394,37 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         help="score problems the checkpoint was trained on (refused unless given true)",
     )
     ev_math.set_defaults(prepare=prepare_evaluate_math, func=run_evaluate_math)
+
+    lab = commands.add_parser("lab", help="classroom labs: check, grade, build (otter-grader)")
+    lab_commands = lab.add_subparsers(dest="lab_command", required=True)
+    check = lab_commands.add_parser(
+        "check",
+        help="run a lab notebook top to bottom and its public checks: PASS or the first "
+        "failing case per exercise; exit status 1 when any fails",
+    )
+    check.add_argument("notebook", help="a lab notebook, e.g. notebooks/labs/01_advantages.ipynb")
+    check.set_defaults(prepare=prepare_lab_check, func=run_lab_check)
+    grade = lab_commands.add_parser(
+        "grade", help="grade a folder of submitted lab notebooks with the hidden checks (CSV)"
+    )
+    grade.add_argument("folder", help="folder of submitted .ipynb notebooks")
+    grade.add_argument("--out", default="grades.csv", help="CSV: one row per notebook")
+    grade.add_argument(
+        "--grader", default="build/labs", help="folder of NN_name-autograder.zip (make labs)"
+    )
+    grade.set_defaults(prepare=prepare_lab_grade, func=run_lab_grade)
+    build = lab_commands.add_parser(
+        "build",
+        help="instructor/labs/*.py -> notebooks/labs/*.ipynb (student) + build/labs (grader)",
+    )
+    build.add_argument(
+        "--check", action="store_true", help="only report student notebooks that are stale"
+    )
+    build.add_argument(
+        "--run-tests", action="store_true", help="let otter run every check on the solutions"
+    )
+    build.add_argument("--only", help="build one lab, e.g. 01_advantages")
+    build.set_defaults(prepare=lambda args: None, func=run_lab_build)
     return parser
 
 
@@ -355,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"grpo-minimal: error: {err}\n")
     summary = args.func(args, prepared)  # a bug inside training keeps its traceback
     print(json.dumps(summary))
-    return 0
+    return 1 if summary.get("failed") else 0
 
 
 if __name__ == "__main__":

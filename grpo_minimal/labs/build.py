@@ -1,0 +1,129 @@
+"""Build the labs: instructor sources -> student notebooks + the grader's material (otter-grader).
+
+Each lab has one source, ``instructor/labs/NN_name.py``: a notebook in jupytext's percent format
+written in otter-grader's assignment format (``# BEGIN QUESTION`` / ``# BEGIN SOLUTION`` /
+``# BEGIN TESTS`` raw cells). ``otter assign`` splits it into
+
+- the **student notebook** (solutions replaced by ``...``, public checks only, stored in the
+  notebook's metadata), copied to ``notebooks/labs/NN_name.ipynb`` and committed, so a learner
+  needs no build step;
+- the **grader's material**: ``build/labs/NN_name-autograder.zip`` (public and hidden checks) and
+  ``build/labs/solutions/NN_name.ipynb`` (the notebook with solutions), never committed.
+
+The student notebooks are written byte for byte the same on every run (fixed cell ids, no
+timestamps), so ``check_student_notebooks`` can tell whether the committed ones are current.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+SOURCE_DIR = Path("instructor/labs")
+STUDENT_DIR = Path("notebooks/labs")
+GRADER_DIR = Path("build/labs")
+
+
+def lab_sources(source_dir: Path = SOURCE_DIR, only: str | None = None) -> list[Path]:
+    """The lab sources ``NN_name.py`` in order; ``only`` keeps the one named NN_name."""
+    sources = sorted(Path(source_dir).glob("[0-9][0-9]_*.py"))
+    if only is not None:
+        sources = [s for s in sources if s.stem == only]
+    if not sources:
+        raise FileNotFoundError(f"no lab source {only or 'NN_name'}.py in {source_dir}")
+    return sources
+
+
+def _source_notebook(source: Path, out: Path) -> Path:
+    import jupytext
+
+    notebook = jupytext.read(source)
+    notebook.metadata.pop("jupytext", None)
+    notebook.metadata["kernelspec"] = {
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+        "name": "python3",
+    }
+    path = out / f"{source.stem}.ipynb"
+    jupytext.write(notebook, path, fmt="ipynb")
+    return path
+
+
+def _normalise_student(path: Path, source: Path) -> str:
+    """Stable JSON for a student notebook: fixed ids, no editor metadata, provenance noted."""
+    notebook = json.loads(path.read_text())
+    for index, cell in enumerate(notebook["cells"]):
+        cell["id"] = f"{source.stem}-{index:02d}"
+        cell["metadata"].pop("lines_to_next_cell", None)
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    notebook["metadata"].pop("jupytext", None)
+    notebook["metadata"]["grpo_minimal"] = {
+        "generated_from": f"{SOURCE_DIR.as_posix()}/{source.name}",
+        "regenerate_with": "make labs",
+    }
+    notebook["nbformat"], notebook["nbformat_minor"] = 4, 5
+    return json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def assign(source: Path, run_tests: bool = False) -> tuple[str, Path, Path, Path]:
+    """Run ``otter assign`` on one source in a temporary folder.
+
+    Returns ``(student_json, autograder_zip, solution_notebook, workdir)``; the caller removes
+    ``workdir``. ``run_tests=True`` makes otter run every check against the solutions (slow for
+    the LLM labs; the test suite grades the solutions separately).
+    """
+    from otter.assign import main as otter_assign
+
+    workdir = Path(tempfile.mkdtemp(prefix=f"lab-{source.stem}-"))
+    master = _source_notebook(source, workdir)
+    result = workdir / "dist"
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        otter_assign(str(master), str(result), no_pdfs=True, no_run_tests=not run_tests)
+    student = result / "student" / f"{source.stem}.ipynb"
+    (autograder_zip,) = (result / "autograder").glob("*.zip")
+    solution = result / "autograder" / f"{source.stem}.ipynb"
+    return _normalise_student(student, source), autograder_zip, solution, workdir
+
+
+def build_labs(
+    source_dir: Path = SOURCE_DIR,
+    student_dir: Path = STUDENT_DIR,
+    grader_dir: Path = GRADER_DIR,
+    run_tests: bool = False,
+    only: str | None = None,
+) -> list[str]:
+    """Write every student notebook and the grader's material; return the lab names."""
+    student_dir, grader_dir = Path(student_dir), Path(grader_dir)
+    student_dir.mkdir(parents=True, exist_ok=True)
+    (grader_dir / "solutions").mkdir(parents=True, exist_ok=True)
+    names = []
+    for source in lab_sources(source_dir, only):
+        student_json, autograder_zip, solution, workdir = assign(source, run_tests)
+        try:
+            (student_dir / f"{source.stem}.ipynb").write_text(student_json)
+            shutil.copyfile(autograder_zip, grader_dir / f"{source.stem}-autograder.zip")
+            shutil.copyfile(solution, grader_dir / "solutions" / f"{source.stem}.ipynb")
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        names.append(source.stem)
+    return names
+
+
+def check_student_notebooks(
+    source_dir: Path = SOURCE_DIR, student_dir: Path = STUDENT_DIR
+) -> list[str]:
+    """Names of the labs whose committed student notebook differs from a fresh build."""
+    stale = []
+    for source in lab_sources(source_dir):
+        student_json, _, _, workdir = assign(source)
+        shutil.rmtree(workdir, ignore_errors=True)
+        committed = Path(student_dir) / f"{source.stem}.ipynb"
+        if not committed.exists() or committed.read_text() != student_json:
+            stale.append(source.stem)
+    return stale
