@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: setup demo test lint bench lab clean
+.PHONY: setup demo test lint bench lab labs clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench: setup
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
+
+## labs: instructor/labs/*.py -> notebooks/labs/*.ipynb (what learners get) and build/labs/
+## (autograder zips with the hidden checks, solution notebooks: the instructor's, not committed)
+labs: setup
+	$(VENV)/bin/grpo-minimal lab build
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

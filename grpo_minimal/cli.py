@@ -247,6 +247,9 @@ def prepare_lab_check(args: argparse.Namespace) -> Path:
     notebook = Path(args.notebook)
     if notebook.suffix != ".ipynb" or not notebook.is_file():
         raise ValueError(f"notebook: no .ipynb file at {notebook}")
+    from .labs.grading import lab_name
+
+    lab_name(notebook)  # a lab notebook, or a clear error
     return notebook
 
 
@@ -286,7 +289,9 @@ def run_lab_build(args: argparse.Namespace, _: None) -> dict:
     if args.check:
         stale = check_student_notebooks()
         for name in stale:
-            print(f"notebooks/labs/{name}.ipynb differs from instructor/labs/{name}.py: run make labs")
+            print(
+                f"notebooks/labs/{name}.ipynb differs from instructor/labs/{name}.py: run make labs"
+            )
         return {"stale": stale, "failed": stale}
     return {"built": build_labs(run_tests=args.run_tests, only=args.only), "grader": "build/labs"}
 

@@ -47,7 +47,7 @@ def _exercises(results) -> list[ExerciseResult]:
     return out
 
 
-def _lab_name(notebook: Path) -> str:
+def lab_name(notebook: Path) -> str:
     metadata = json.loads(Path(notebook).read_text()).get("metadata", {})
     name = metadata.get("otter", {}).get("assignment_name")
     if not name:
@@ -65,7 +65,7 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
     notebook = Path(notebook)
     if not notebook.is_file():
         raise FileNotFoundError(f"no notebook at {notebook}")
-    _lab_name(notebook)
+    lab_name(notebook)
     tests = json.loads(notebook.read_text())["metadata"]["otter"]["tests"]
     with tempfile.TemporaryDirectory(prefix="lab-check-") as tests_dir:
         paths = []
@@ -84,7 +84,7 @@ def grade_notebook_file(notebook: Path, grader_dir: Path = GRADER_DIR) -> list[E
     """Every check, hidden ones included, for one submitted notebook."""
     from otter.api import grade_submission
 
-    name = _lab_name(notebook)
+    name = lab_name(notebook)
     autograder = Path(grader_dir) / f"{name}-autograder.zip"
     if not autograder.is_file():
         raise FileNotFoundError(
@@ -106,7 +106,7 @@ def grade_folder(folder: Path, out: Path, grader_dir: Path = GRADER_DIR) -> list
     rows, exercise_names = [], []
     for notebook in notebooks:
         exercises = grade_notebook_file(notebook, grader_dir)
-        row = {"notebook": notebook.name, "lab": _lab_name(notebook)}
+        row = {"notebook": notebook.name, "lab": lab_name(notebook)}
         for exercise in exercises:
             row[exercise.name] = exercise.score
             if exercise.name not in exercise_names:

@@ -1,0 +1,122 @@
+"""Lab 07 checks: the capstone. Raise the tiny model's accuracy on the arithmetic mix within a
+fixed budget of sampled completions; graded on problems the learner never sees.
+
+The grader's problems are generated here from every problem of each kind
+(``data/make_arithmetic.py``'s ``all_problems``), minus every problem in any shipped split
+(``a+b`` and ``b+a`` count as one), so nothing the learner trained or evaluated on is graded.
+Few unseen problems are left of two kinds (264 additions, 20 multiplications; 6,700
+subtractions), so the graded set is 130 additions, 150 subtractions and all 20 multiplications.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from functools import cache
+
+from grpo_minimal.data import DATA_DIR, load_math_rows
+from grpo_minimal.labs.checking import failure
+from grpo_minimal.lm_train import MathConfig, evaluate_accuracy
+
+# 300 steps of the default lesson (8 prompts x 8 completions): about 50 s on 2 CPU cores.
+BUDGET_COMPLETIONS = 19_200
+DATASET = "arithmetic_mix"
+GRADER_SEED = 20_261_123
+GRADED_COUNTS = {"+": 130, "-": 150, "*": 20}
+# Points of the hidden checks: greedy accuracy on the graded problems, in points above the
+# untrained model's (19.3%). Measured 2026-11-23 (seed 0, 300 steps, one thread): the lesson's
+# settings reach 26.7% (+7.3); beta=0 24.7%; learning_rate=2e-4 25.7%; 3e-4 with beta=0
+# collapses (1.7% on the test split). The second target is set so the lesson's settings pass
+# with a margin for other CPUs; raise it once better settings are known.
+GAIN_TARGETS = (3.0, 5.0)
+
+
+def _make_arithmetic():
+    spec = importlib.util.spec_from_file_location(
+        "make_arithmetic", DATA_DIR / "make_arithmetic.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def graded_problems() -> tuple[dict, ...]:
+    """The grader's problems: arithmetic-mix problems that appear in no shipped split."""
+    make_arithmetic = _make_arithmetic()
+    seen = set()
+    for dataset in ("arithmetic", DATASET):
+        for split in ("train", "test"):
+            seen |= {
+                make_arithmetic.problem_key(r["prompt"]) for r in load_math_rows(dataset, split)
+            }
+    rng = random.Random(GRADER_SEED)
+    rows = []
+    for op, count in GRADED_COUNTS.items():
+        unseen = [
+            r for r in make_arithmetic.all_problems(op)
+            if make_arithmetic.problem_key(r["prompt"]) not in seen
+        ]  # fmt: skip
+        keys: set = set()
+        unique = []
+        for row in unseen:  # one of a+b / b+a
+            key = make_arithmetic.problem_key(row["prompt"])
+            if key not in keys:
+                keys.add(key)
+                unique.append(row)
+        rows += rng.sample(unique, count)
+    return tuple(rows)
+
+
+def check_config(cfg) -> None:
+    """Public: the run stays within the budget, on the tiny model and the arithmetic mix."""
+    if not isinstance(cfg, MathConfig):
+        raise failure("capstone_config", "capstone_config()", "a MathConfig", cfg,
+                      "return MathConfig(dataset='arithmetic_mix', ...) with your settings")  # fmt: skip
+    spent = cfg.max_steps * cfg.prompts_per_step * cfg.num_generations
+    rules = [
+        ("the budget of sampled completions", spent <= BUDGET_COMPLETIONS,
+         f"<= {BUDGET_COMPLETIONS}", spent,
+         "max_steps * prompts_per_step * num_generations is what the budget counts"),
+        ("the dataset", cfg.dataset == DATASET, DATASET, cfg.dataset,
+         "the capstone trains on the arithmetic mix"),
+        ("the model", cfg.model == "tiny", "tiny", cfg.model, "start from the shipped tiny model"),
+        ("no time limit hides the budget", cfg.time_budget_s == 0, 0.0, cfg.time_budget_s,
+         "the budget is counted in completions; leave time_budget_s at 0"),
+    ]  # fmt: skip
+    for name, ok, expected, got, hint in rules:
+        if not ok:
+            raise failure(name, "capstone_config()", expected, got, hint)
+
+
+def graded_accuracy(model, tokenizer, cfg: MathConfig) -> float:
+    """Greedy accuracy on the grader's problems (prompts as ``cfg`` formats them)."""
+    return evaluate_accuracy(model, tokenizer, list(graded_problems()), cfg)[0]
+
+
+@cache
+def _base_accuracy(max_completion_length: int, prompt_template: str) -> float:
+    from grpo_minimal.lm_model import TINY_MODEL, load_model
+
+    cfg = MathConfig(max_completion_length=max_completion_length, prompt_template=prompt_template)
+    model, tokenizer = load_model(str(TINY_MODEL), "cpu")
+    return graded_accuracy(model, tokenizer, cfg)
+
+
+def check_model(model, tokenizer, cfg, target: int) -> None:
+    """Hidden: the trained model beats the untrained one by ``GAIN_TARGETS[target]`` points."""
+    check_config(cfg)
+    if model is None or tokenizer is None:
+        raise failure("the trained model", "model, tokenizer", "the model your run trained",
+                      model, "run the training cell; it sets `model` and `tokenizer`")  # fmt: skip
+    base = _base_accuracy(cfg.max_completion_length, cfg.prompt_template)
+    accuracy = graded_accuracy(model, tokenizer, cfg)
+    gain = 100 * (accuracy - base)
+    if gain < GAIN_TARGETS[target]:
+        raise failure(
+            f"accuracy gain >= {GAIN_TARGETS[target]:g} points on {len(graded_problems())} unseen problems",
+            "the grader's problems",
+            f">= {100 * base + GAIN_TARGETS[target]:.1f}% (untrained: {100 * base:.1f}%)",
+            f"{100 * accuracy:.1f}%",
+            "compare settings on the validation rows you carve from train; see notebook 06",
+        )
