@@ -29,7 +29,9 @@ def population_std(rewards, num_generations, scale_rewards="group", eps=1e-4):
 
 def no_eps(rewards, num_generations, scale_rewards="group", eps=1e-4):
     grouped = rewards.float().view(-1, num_generations)
-    return ((grouped - grouped.mean(dim=1, keepdim=True)) / grouped.std(dim=1, keepdim=True)).reshape(-1)
+    return (
+        (grouped - grouped.mean(dim=1, keepdim=True)) / grouped.std(dim=1, keepdim=True)
+    ).reshape(-1)
 
 
 def batch_mean(rewards, num_generations, scale_rewards="group", eps=1e-4):

@@ -60,6 +60,7 @@ torch.manual_seed(0)
 # %% [raw]
 # # BEGIN SOLUTION
 
+
 # %%
 def group_advantages(
     rewards: torch.Tensor,
@@ -85,6 +86,7 @@ def group_advantages(
 # %% [raw]
 # # BEGIN TESTS
 
+
 # %%
 def test_group_public(group_advantages):
     from grpo_minimal.labs import advantages as checks
@@ -96,7 +98,7 @@ def test_group_public(group_advantages):
 """ # BEGIN TEST CONFIG
 hidden: true
 points: 3
-""" # END TEST CONFIG
+"""  # END TEST CONFIG
 
 
 def test_group_hidden(group_advantages):
@@ -133,6 +135,7 @@ print(result if result is not None else "group_advantages is not written yet")
 # %% [raw]
 # # BEGIN SOLUTION
 
+
 # %%
 def rloo_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     """Equation (3): reward minus the leave-one-out mean of its group."""
@@ -149,6 +152,7 @@ def rloo_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor
 # %% [raw]
 # # BEGIN TESTS
 
+
 # %%
 def test_rloo_public(rloo_advantages):
     from grpo_minimal.labs import advantages as checks
@@ -159,7 +163,7 @@ def test_rloo_public(rloo_advantages):
 # %%
 """ # BEGIN TEST CONFIG
 hidden: true
-""" # END TEST CONFIG
+"""  # END TEST CONFIG
 
 
 def test_rloo_hidden(rloo_advantages):
@@ -206,6 +210,7 @@ advantage_unbiased = group_advantages(seed_group, 4)[0].item()  # SOLUTION
 
 # %% [raw]
 # # BEGIN TESTS
+
 
 # %%
 def test_answers(advantage_population, advantage_unbiased):

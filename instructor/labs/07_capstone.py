@@ -59,6 +59,7 @@ print(f"budget: {checks.BUDGET_COMPLETIONS} sampled completions")
 # %% [raw]
 # # BEGIN SOLUTION
 
+
 # %%
 def capstone_config() -> MathConfig:
     """The settings of your capstone run."""
@@ -76,7 +77,7 @@ def capstone_config() -> MathConfig:
 # %%
 """ # BEGIN TEST CONFIG
 points: 1
-""" # END TEST CONFIG
+"""  # END TEST CONFIG
 
 
 def test_capstone_rules(capstone_config):
@@ -89,7 +90,7 @@ def test_capstone_rules(capstone_config):
 """ # BEGIN TEST CONFIG
 hidden: true
 points: 2
-""" # END TEST CONFIG
+"""  # END TEST CONFIG
 
 
 def test_capstone_gain_small(capstone_config, model, tokenizer):
@@ -102,7 +103,7 @@ def test_capstone_gain_small(capstone_config, model, tokenizer):
 """ # BEGIN TEST CONFIG
 hidden: true
 points: 2
-""" # END TEST CONFIG
+"""  # END TEST CONFIG
 
 
 def test_capstone_gain_large(capstone_config, model, tokenizer):
@@ -131,8 +132,10 @@ if isinstance(cfg, MathConfig):
         cfg, train_rows=train_rows, eval_rows=validation_rows, progress=False
     )
     model, tokenizer = trainer.model, trainer.tokenizer
-    print(f"validation accuracy {history[0]['eval_accuracy']:.1%} -> "
-          f"{history[-1]['eval_accuracy']:.1%} in {history[-1]['train_s']:.0f} s of training")
+    print(
+        f"validation accuracy {history[0]['eval_accuracy']:.1%} -> "
+        f"{history[-1]['eval_accuracy']:.1%} in {history[-1]['train_s']:.0f} s of training"
+    )
 else:
     print("capstone_config is not written yet: nothing trained")
 
