@@ -4,6 +4,7 @@
     grpo-minimal cartpole --algo ppo --seed 1 --out runs/cartpole-ppo
     grpo-minimal evaluate cartpole --policy runs/cartpole/policy.pt --episodes 100
     grpo-minimal math --out runs/math            # the tiny model on 2-digit addition (CPU)
+    torchrun --nproc_per_node 2 -m grpo_minimal math --backend trl --out runs/math-trl
     grpo-minimal evaluate math --model runs/math  # held-out greedy accuracy, one JSON line
     grpo-minimal lab check notebooks/labs/01_advantages.ipynb   # a learner checks their lab
     grpo-minimal lab grade submissions/ --out grades.csv         # an instructor grades a folder
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -149,6 +151,11 @@ def prepare_math(args: argparse.Namespace):
     from .lm_train import setup
 
     cfg = _math_config(args)
+    if args.backend == "grpo_minimal" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError(
+            "backend grpo_minimal runs in one process; launched by torchrun with several, "
+            "use --backend trl (TRL's GRPOTrainer, data-parallel)"
+        )
     train_rows, eval_rows = load_train_eval_rows(
         cfg.dataset, cfg.eval_split, cfg.eval_n, cfg.allow_eval_overlap
     )
@@ -159,20 +166,33 @@ def prepare_math(args: argparse.Namespace):
     return cfg, model, tokenizer, train_rows, eval_rows
 
 
-def run_math(args: argparse.Namespace, prepared) -> dict:
+def run_math(args: argparse.Namespace, prepared) -> dict | None:
     """GRPO on a causal LM: HF checkpoint, metrics.jsonl and learning_curve.png in --out."""
     from .lm_train import train_math
     from .plots import plot_history
 
     cfg, model, tokenizer, train_rows, eval_rows = prepared
     out = Path(args.out)
-    _, history = train_math(cfg, model, tokenizer, train_rows, eval_rows, out_dir=out,
-                            progress=not args.no_progress)  # fmt: skip
+    if args.backend == "trl":
+        from .trl_bridge import is_main_process, train_math_trl, world_size
+
+        trainer, history = train_math_trl(cfg, model, tokenizer, train_rows, eval_rows, out,
+                                          progress=not args.no_progress)  # fmt: skip
+        if not is_main_process():
+            return None  # rank 0 alone writes the files and prints the summary
+        processes = trainer.accelerator.num_processes
+        assert processes == world_size(), (processes, world_size())
+    else:
+        _, history = train_math(cfg, model, tokenizer, train_rows, eval_rows, out_dir=out,
+                                progress=not args.no_progress)  # fmt: skip
+        processes = 1
     plot_history(history, out / "learning_curve.png", title=f"GRPO on {cfg.dataset}")
     evals = [r for r in history if "eval_accuracy" in r]
     return {
         "model": cfg.model,
         "dataset": cfg.dataset,
+        "backend": args.backend,
+        "world_size": processes,
         "seed": cfg.seed,
         "steps": history[-1]["step"],
         "train_s": history[-1]["train_s"],
@@ -330,6 +350,14 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
                 action.help = f"{action.help} (default: {action.default})"
             action.default = argparse.SUPPRESS
     math.add_argument("--out", default="runs/math", help="output folder")
+    math.add_argument(
+        "--backend",
+        choices=["grpo_minimal", "trl"],
+        default="grpo_minimal",
+        help="grpo_minimal: this package's trainer (one process); trl: the same MathConfig, "
+        "rewards and data through TRL's GRPOTrainer, which torchrun --nproc_per_node N runs "
+        "data-parallel",
+    )
     math.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     math.set_defaults(prepare=prepare_math, func=run_math)
 
@@ -441,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.exit(2, f"grpo-minimal: error: {err}\n")
     summary = args.func(args, prepared)  # a bug inside training keeps its traceback
+    if summary is None:  # a data-parallel rank other than 0: rank 0 prints
+        return 0
     print(json.dumps(summary))
     return 1 if summary.get("failed") else 0
 

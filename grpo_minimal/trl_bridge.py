@@ -17,15 +17,46 @@ Settings that differ from TRL's defaults, and why:
   ``gradient_accumulation_steps`` micro-batches: one TRL optimizer step samples and learns from
   the same batch as one of ours.
 
+``train_math_trl`` is ``lm_train.train_math`` on TRL: the same rows, rewards, held-out accuracy,
+``metrics.jsonl`` and checkpoint, so ``grpo-minimal math --backend trl`` can be launched with
+``torchrun --nproc_per_node N`` for data parallelism (one rank per process; gloo on a CPU).
+
 Needs ``trl`` (in the ``dev`` extra).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from .lm_train import MathConfig
+
+
+def world_size() -> int:
+    """Processes in this run: ``WORLD_SIZE`` as set by ``torchrun`` (1 when not launched by it)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or no launcher): the process that evaluates, writes files and prints."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def per_device_batch_size(cfg: MathConfig, processes: int) -> int:
+    """Completions in one micro-batch of one process. TRL's ``generation_batch_size`` is global
+    (all processes): each step's ``prompts_per_step * num_generations`` completions are split
+    into ``gradient_accumulation_steps`` micro-batches on each of the ``processes``."""
+    batch = cfg.prompts_per_step * cfg.num_generations
+    if batch % (cfg.gradient_accumulation_steps * processes):
+        raise ValueError(
+            f"prompts_per_step x num_generations = {batch} completions per step must split into "
+            f"gradient_accumulation_steps ({cfg.gradient_accumulation_steps}) x processes "
+            f"({processes}) equal micro-batches"
+        )
+    return batch // (cfg.gradient_accumulation_steps * processes)
 
 
 def trl_grpo_config(cfg: MathConfig, output_dir: str, **overrides):
@@ -51,7 +82,7 @@ def trl_grpo_config(cfg: MathConfig, output_dir: str, **overrides):
         warmup_steps=0,
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm > 0 else 1e9,
-        per_device_train_batch_size=batch // cfg.gradient_accumulation_steps,
+        per_device_train_batch_size=per_device_batch_size(cfg, world_size()),
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         generation_batch_size=batch,
         activation_checkpointing=cfg.gradient_checkpointing,
@@ -136,3 +167,75 @@ def make_trl_trainer(
         )
     trainer.remove_callback(PrinterCallback)  # metrics stay in trainer.state.log_history
     return trainer, clock
+
+
+# TRL's logged name -> ours (lm_grpo.LMGRPOTrainer.step), for metrics.jsonl and plot_history
+TRL_METRIC_NAMES = {
+    "reward": "reward_mean",
+    "reward_std": "reward_std",
+    "frac_reward_zero_std": "frac_zero_std",
+    "kl": "kl",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "learning_rate": "learning_rate",
+    "entropy": "entropy",
+    "clip_ratio/region_mean": "clip_fraction",
+    "completions/mean_length": "completion_length",
+}
+
+
+def train_math_trl(
+    cfg: MathConfig,
+    model,
+    tokenizer,
+    train_rows: Sequence[dict],
+    eval_rows: Sequence[dict],
+    out_dir: str | os.PathLike,
+    progress: bool = True,
+) -> tuple[object, list[dict]]:
+    """``lm_train.train_math`` on TRL's ``GRPOTrainer``: returns (trainer, history).
+
+    Held-out greedy accuracy before the first step and after the last, one ``metrics.jsonl``
+    record per sampled batch (TRL's names mapped to ours by ``TRL_METRIC_NAMES``) and an atomic
+    checkpoint with ``grpo_config.json``, all written by rank 0 only. Under ``torchrun`` every
+    rank trains on its share of each batch (DDP: gradients averaged across ranks).
+    """
+    from .data import check_held_out
+    from .lm_model import format_prompt
+    from .lm_train import evaluate_accuracy, save_checkpoint
+
+    main = is_main_process()
+    eval_rows = list(eval_rows)[: cfg.eval_n]
+    overlap = check_held_out(train_rows, eval_rows, cfg.allow_eval_overlap)
+    rows = [
+        {**row, "prompt": format_prompt(row["prompt"], tokenizer, cfg.prompt_template)}
+        for row in train_rows
+    ]
+    before = evaluate_accuracy(model, tokenizer, eval_rows, cfg)[0] if main else None
+    trainer, clock = make_trl_trainer(
+        cfg, model, tokenizer, rows, str(out_dir), time_budget_s=cfg.time_budget_s,
+        logging_steps=cfg.num_iterations,  # one log per sampled batch, as our steps
+        disable_tqdm=not (progress and main),
+    )  # fmt: skip
+    trainer.train()
+    history = [{"step": 0, "train_s": 0.0, "eval_accuracy": before, "eval_n": len(eval_rows),
+                "eval_overlap": overlap}]  # fmt: skip
+    for entry in trainer.state.log_history:
+        if "reward" not in entry:  # the end-of-training summary
+            continue
+        optimizer_steps = entry["step"]
+        record = {"step": optimizer_steps // cfg.num_iterations}
+        record.update(
+            {ours: entry[name] for name, ours in TRL_METRIC_NAMES.items() if name in entry}
+        )
+        record["train_s"] = round(sum(clock.step_s[:optimizer_steps]), 3)
+        history.append(record)
+    if not main:
+        return trainer, history
+    history[-1]["eval_accuracy"] = evaluate_accuracy(trainer.model, tokenizer, eval_rows, cfg)[0]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "metrics.jsonl").open("w") as fh:
+        fh.writelines(json.dumps(record) + "\n" for record in history)
+    save_checkpoint(trainer.model, tokenizer, out, cfg.to_dict())
+    return trainer, history
