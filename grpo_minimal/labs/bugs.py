@@ -1,0 +1,983 @@
+"""Lab 05 checks: find the bugs in a small GRPO trainer built from the seeds' own mistakes.
+
+The trainer is five functions, one GRPO step in the order it runs; each exercise starts from the
+version in ``SeedTrainer``, which carries one bug copied from the course's seed documents:
+
+    sample_group      step 1, one ``generate`` call for the batch    (seed 000 lines 279-289 loop)
+    make_rollout      steps 1-3 on the SAME completions               (seed 001 lines 91-102 resample)
+    group_advantages  equation (2), the unbiased std                  (seed 000 lines 609-621: population)
+    kl_penalty        equation (7), k3, with its gradient             (seed 002 lines 49-53: detached)
+    grpo_update       equations (5)-(8), pi_old = the sampling policy (seed 001 lines 107-110: pi_ref)
+
+The policy is a toy, not an LLM, with an LLM's interface (``generate`` token by token, ``logps``
+per token), so every check runs on the CPU in well under a second. The checks measure what each
+fix changes, not the source text: the number of ``generate`` calls, which completions the reward
+function scored, the gradient the KL term gives, the ratio over several updates on one batch.
+``make_rollout`` and ``grpo_update`` are checked with the reference versions of the other
+exercises bound in their place (``bind``), so each check measures one fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from grpo_minimal import advantages as package
+from grpo_minimal.labs.checking import Case, close, run_cases
+
+VOCAB = 4  # the tokens are the digits 0..3
+LENGTH = 3  # every completion has 3 tokens: no padding, no EOS, no mask
+TARGETS = 10  # a prompt is a target sum 0..9 (3 digits of at most 3 add up to at most 9)
+
+RewardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""``reward_fn(prompts [P], completions [P*G, L]) -> rewards [P*G]``."""
+
+
+class ToyPolicy(torch.nn.Module):
+    """A tiny autoregressive policy over digit tokens, with the interface of an LM.
+
+    The logits of token t are a table entry for (prompt, t) plus one for the previous token (a
+    start token before the first). ``generate`` samples token by token, like an LM's decode;
+    ``logps`` scores given completions in one pass, like a forward over prompt + completion.
+    Completions of a batch come in consecutive blocks of G per prompt (TRL's order, and what
+    ``generate(..., num_return_sequences=G)`` returns in transformers).
+    """
+
+    def __init__(
+        self,
+        seed: int = 0,
+        scale: float = 0.0,
+        vocab: int = VOCAB,
+        length: int = LENGTH,
+        num_prompts: int = TARGETS,
+    ) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.vocab, self.length = vocab, length
+        self.prompt_logits = torch.nn.Parameter(
+            scale * torch.randn(num_prompts, length, vocab, generator=generator)
+        )
+        # row `vocab` is the start token, seen before the first token
+        self.next_logits = torch.nn.Parameter(
+            scale * torch.randn(vocab + 1, vocab, generator=generator)
+        )
+
+    @torch.no_grad()
+    def generate(self, prompts: torch.Tensor, num_return_sequences: int = 1) -> torch.Tensor:
+        """Sample ``num_return_sequences`` completions of each prompt: [P * G, L] token ids."""
+        rows = prompts.repeat_interleave(num_return_sequences)
+        tokens = torch.full((rows.shape[0], 1), self.vocab, dtype=torch.long)
+        for t in range(self.length):  # one decoding step at a time, as an LM decodes
+            logits = self.prompt_logits[rows, t] + self.next_logits[tokens[:, -1]]
+            tokens = torch.cat([tokens, torch.multinomial(torch.softmax(logits, -1), 1)], dim=1)
+        return tokens[:, 1:]
+
+    def logps(self, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+        """log pi(o_t | q, o_<t) of every completion token, [P * G, L] (equation (16))."""
+        if completions.shape[0] % prompts.shape[0]:
+            raise ValueError(
+                f"{completions.shape[0]} completions is not a multiple of {prompts.shape[0]} "
+                "prompts: completion i answers prompt i // G"
+            )
+        rows = prompts.repeat_interleave(completions.shape[0] // prompts.shape[0])
+        start = torch.full((completions.shape[0], 1), self.vocab, dtype=torch.long)
+        previous = torch.cat([start, completions[:, :-1]], dim=1)
+        logits = self.prompt_logits[rows] + self.next_logits[previous]
+        return torch.log_softmax(logits, -1).gather(-1, completions.unsqueeze(-1)).squeeze(-1)
+
+
+def sum_reward(prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+    """The verifiable reward: 1.0 where a completion's digits add up to its prompt, else 0.0."""
+    targets = prompts.repeat_interleave(completions.shape[0] // prompts.shape[0])
+    return (completions.sum(dim=1) == targets).float()
+
+
+def distance_reward(prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+    """A denser reward for the hidden checks: minus the distance of the digit sum to the target."""
+    targets = prompts.repeat_interleave(completions.shape[0] // prompts.shape[0])
+    return -(completions.sum(dim=1) - targets).abs().float()
+
+
+@dataclass
+class Rollout:
+    """One batch: P prompts x G completions, scored; completion i answers prompt i // G."""
+
+    prompts: torch.Tensor  # [P] target sums, one per distinct prompt
+    completions: torch.Tensor  # [P*G, L] token ids
+    rewards: torch.Tensor  # [P*G], reward_fn(prompts, completions)
+    advantages: torch.Tensor  # [P*G], equation (2) within each group of G
+
+    @property
+    def num_generations(self) -> int:
+        return self.completions.shape[0] // self.prompts.shape[0]
+
+
+def all_completions(policy: ToyPolicy) -> torch.Tensor:
+    """Every possible completion, [V^L, L]: the toy is small enough to sum over them exactly."""
+    digits = [torch.arange(policy.vocab)] * policy.length
+    return torch.cartesian_prod(*digits).view(-1, policy.length)
+
+
+@torch.no_grad()
+def expected_reward(policy: ToyPolicy, prompts: torch.Tensor | None = None) -> float:
+    """sum_o pi(o | q) * sum_reward(q, o), averaged over the prompts (all targets by default)."""
+    prompts = torch.arange(TARGETS) if prompts is None else prompts
+    every = all_completions(policy).repeat(prompts.shape[0], 1)
+    probs = policy.logps(prompts, every).sum(dim=1).exp()
+    return (probs * sum_reward(prompts, every)).sum().item() / prompts.shape[0]
+
+
+@torch.no_grad()
+def exact_kl(policy: ToyPolicy, ref_policy: ToyPolicy, prompts: torch.Tensor) -> float:
+    """KL(pi || pi_ref) over whole completions, summed exactly, averaged over the prompts."""
+    every = all_completions(policy).repeat(prompts.shape[0], 1)
+    logp = policy.logps(prompts, every).sum(dim=1)
+    ref_logp = ref_policy.logps(prompts, every).sum(dim=1)
+    return (logp.exp() * (logp - ref_logp)).sum().item() / prompts.shape[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference trainer: the five exercises, fixed.
+
+
+def sample_group(policy: ToyPolicy, prompts: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """Step 1: G completions of every prompt, [P*G, L], in ONE batched ``generate`` call."""
+    return policy.generate(prompts, num_return_sequences=num_generations)
+
+
+def make_rollout(
+    policy: ToyPolicy, prompts: torch.Tensor, reward_fn: RewardFn, num_generations: int
+) -> Rollout:
+    """Steps 1-3: sample a group per prompt, score it, group advantages (equation (2))."""
+    completions = sample_group(policy, prompts, num_generations)
+    rewards = reward_fn(prompts, completions)
+    advantages = group_advantages(rewards, num_generations)
+    return Rollout(prompts, completions, rewards, advantages)
+
+
+def group_advantages(
+    rewards: torch.Tensor, num_generations: int, eps: float = 1e-4
+) -> torch.Tensor:
+    """Equation (2) with the unbiased (G-1) std: flat rewards [P*G] -> flat advantages [P*G]."""
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    return (centred / (grouped.std(dim=1, keepdim=True) + eps)).reshape(-1)
+
+
+def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """Equation (7): k3 = exp(x) - x - 1 with x = log pi_ref - log pi, averaged over tokens.
+
+    ``logps`` keeps its graph: the penalty's gradient is what pulls pi back towards pi_ref.
+    """
+    log_ratio = ref_logps - logps
+    return (torch.exp(log_ratio) - log_ratio - 1).mean()
+
+
+def grpo_update(
+    policy: ToyPolicy,
+    ref_policy: ToyPolicy,
+    optimizer: torch.optim.Optimizer,
+    rollout: Rollout,
+    num_iterations: int = 1,
+    beta: float = 0.04,
+    epsilon: float = 0.2,
+) -> list[torch.Tensor]:
+    """Equations (5)-(8): ``num_iterations`` optimizer steps on one rollout.
+
+    log pi_old is the policy that sampled the rollout, evaluated once before the first step
+    and then fixed; log pi_ref is the frozen reference. Returns the ratio of every token at
+    each step (detached, [P*G, L] per step), for logging.
+    """
+    prompts, completions = rollout.prompts, rollout.completions
+    with torch.no_grad():
+        old_logps = policy.logps(prompts, completions)
+        ref_logps = ref_policy.logps(prompts, completions)
+    advantages = rollout.advantages.unsqueeze(1)
+    ratios = []
+    for _ in range(num_iterations):
+        logps = policy.logps(prompts, completions)
+        ratio = torch.exp(logps - old_logps)  # (5)
+        clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
+        surrogate = torch.min(ratio * advantages, clipped * advantages)  # (6)
+        loss = -surrogate.mean() + beta * kl_penalty(logps, ref_logps)  # (8)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        ratios.append(ratio.detach())
+    return ratios
+
+
+# ---------------------------------------------------------------------------------------------
+# The trainer as the seeds wrote it: the starting code of the exercises (the same code as the
+# lab notebook's exercise cells; tests/test_lab_bugs.py compares them).
+
+
+class SeedTrainer:
+    """The five functions with the seeds' bugs, one each. Each calls the others by their plain
+    names, so ``bind`` decides which versions it runs with (``SEED_TRAINER`` binds these)."""
+
+    @staticmethod
+    def sample_group(
+        policy: ToyPolicy, prompts: torch.Tensor, num_generations: int
+    ) -> torch.Tensor:
+        """Step 1: G completions of every prompt, [P*G, L], in consecutive blocks of G."""
+        completions = []
+        for prompt in prompts:  # seed 000, lines 345-347: one prompt at a time
+            for _ in range(num_generations):  # seed 000, lines 279-289: one sample at a time
+                completions.append(policy.generate(prompt.view(1), num_return_sequences=1))
+        return torch.cat(completions)
+
+    @staticmethod
+    def make_rollout(
+        policy: ToyPolicy, prompts: torch.Tensor, reward_fn: RewardFn, num_generations: int
+    ) -> Rollout:
+        """Steps 1-3: sample a group per prompt, score it, group advantages (equation (2))."""
+        completions = sample_group(policy, prompts, num_generations)
+        rewards = reward_fn(prompts, completions)
+        advantages = group_advantages(rewards, num_generations)
+        # the responses whose log-probs the update uses (seed 001, line 102)
+        completions = sample_group(policy, prompts, num_generations)
+        return Rollout(prompts, completions, rewards, advantages)
+
+    @staticmethod
+    def group_advantages(
+        rewards: torch.Tensor, num_generations: int, eps: float = 1e-4
+    ) -> torch.Tensor:
+        """Equation (2): flat rewards [P*G] -> flat advantages [P*G]."""
+        grouped = rewards.float().view(-1, num_generations)
+        centred = grouped - grouped.mean(dim=1, keepdim=True)
+        # seed 000, lines 613-614: "std = sqrt(variance) ≈ 0.43" for the group [1, 1, 0, 1]
+        std = grouped.std(dim=1, unbiased=False, keepdim=True)
+        return (centred / (std + eps)).reshape(-1)
+
+    @staticmethod
+    def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+        """Equation (7): k3 = exp(x) - x - 1 with x = log pi_ref - log pi, mean over tokens."""
+        log_ratio = ref_logps - logps.detach()  # seed 002, lines 51-53
+        kl_div = torch.exp(log_ratio) - log_ratio - 1
+        return torch.relu(kl_div.mean())
+
+    @staticmethod
+    def grpo_update(
+        policy: ToyPolicy,
+        ref_policy: ToyPolicy,
+        optimizer: torch.optim.Optimizer,
+        rollout: Rollout,
+        num_iterations: int = 1,
+        beta: float = 0.04,
+        epsilon: float = 0.2,
+    ) -> list[torch.Tensor]:
+        """Equations (5)-(8): num_iterations optimizer steps on one rollout; returns the ratio
+        of every token at each step, for logging."""
+        prompts, completions = rollout.prompts, rollout.completions
+        with torch.no_grad():
+            old_logps = ref_policy.logps(prompts, completions)  # seed 001, lines 107-110
+            ref_logps = ref_policy.logps(prompts, completions)
+        advantages = rollout.advantages.unsqueeze(1)
+        ratios = []
+        for _ in range(num_iterations):
+            logps = policy.logps(prompts, completions)
+            ratio = torch.exp(logps - old_logps)  # (5)
+            clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
+            surrogate = torch.min(ratio * advantages, clipped * advantages)  # (6)
+            loss = -surrogate.mean() + beta * kl_penalty(logps, ref_logps)  # (8)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            ratios.append(ratio.detach())
+        return ratios
+
+
+EXERCISES = ("sample_group", "make_rollout", "group_advantages", "kl_penalty", "grpo_update")
+REFERENCE_TRAINER = {name: globals()[name] for name in EXERCISES}
+SEED_TRAINER = {name: getattr(SeedTrainer, name) for name in EXERCISES}
+
+
+def bind(fn: Callable, helpers: Mapping[str, Callable]) -> Callable:
+    """``fn`` with the trainer's names (``EXERCISES``) it calls looked up in ``helpers`` first.
+
+    A notebook function finds ``sample_group`` among the notebook's globals; bound to the
+    reference trainer, it runs with the fixed versions of the other exercises, so a check sees
+    only this function's own mistakes. Anything that is not a plain function is returned as is.
+    """
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    namespace = dict(fn.__globals__)
+    namespace.update({name: helpers[name] for name in EXERCISES if name in helpers})
+    bound = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+    bound.__kwdefaults__ = fn.__kwdefaults__
+    return bound
+
+
+# ---------------------------------------------------------------------------------------------
+# Instruments: a policy that counts its generate calls, a reward that records what it scored.
+
+
+class CountingPolicy(ToyPolicy):
+    """A ToyPolicy that records every ``generate`` call: (prompts, num_return_sequences)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[torch.Tensor, int]] = []
+
+    def generate(self, prompts: torch.Tensor, num_return_sequences: int = 1) -> torch.Tensor:
+        self.calls.append((prompts.clone(), num_return_sequences))
+        return super().generate(prompts, num_return_sequences)
+
+
+class RecordingReward:
+    """A deterministic reward function that keeps a copy of every batch it scored."""
+
+    def __init__(self, reward_fn: RewardFn = sum_reward) -> None:
+        self.reward_fn, self.scored = reward_fn, []
+
+    def __call__(self, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+        self.scored.append(completions.clone())
+        return self.reward_fn(prompts, completions)
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Run on one CPU thread: the toy's tensors are tiny, and on a busy machine the threads'
+    synchronisation costs a thousand times the arithmetic. The setting is restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fixed_policy(seed: int = 0) -> CountingPolicy:
+    """A policy that always answers prompt p with the digits (p, p+1, p+2) mod 4."""
+    policy = CountingPolicy(seed)
+    with torch.no_grad():
+        for p in range(TARGETS):
+            for t in range(policy.length):
+                policy.prompt_logits[p, t, (p + t) % policy.vocab] = 30.0
+    return policy
+
+
+def _prompts(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.long)
+
+
+def _measured(
+    fn: Callable | None, name: str, cases: Sequence[Case], probe: Callable, helpers: Mapping
+) -> None:
+    """Run ``probe(bound fn, *case.args)`` on every case; the expected value is the probe of
+    the reference function unless the case gives one."""
+    run_cases(fn, name, [])  # a clear message when the function is not defined yet
+    learner = bind(fn, {k: v for k, v in helpers.items() if k != name})
+    reference = REFERENCE_TRAINER[name]
+    with _one_thread():
+        run_cases(
+            lambda *a, **k: probe(learner, *a, **k),
+            name,
+            cases,
+            lambda *a, **k: probe(reference, *a, **k),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: sample_group (bug (e), seed 000 lines 279-289)
+
+
+def _probe_sample_group(
+    fn: Callable, measure: str, prompts: torch.Tensor, num_generations: int, seed: int = 0
+):
+    policy = _fixed_policy(seed) if measure == "order" else CountingPolicy(seed, scale=1.0)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        completions = fn(policy, prompts, num_generations)
+    if measure == "generate calls":
+        return len(policy.calls)
+    return completions
+
+
+SAMPLE_HINT = (
+    "one policy.generate(prompts, num_return_sequences=G) for the whole batch: the seed's loop "
+    "(seed 000 lines 279-289, inside a loop over prompts at 345-347) decodes P*G times, one "
+    "after another"
+)
+SAMPLE_PUBLIC = [
+    Case(
+        "one generate call for the whole batch",
+        ("generate calls", _prompts(4, 6), 4),
+        expected=1,
+        show="2 prompts, G=4: the number of policy.generate calls",
+        hint=SAMPLE_HINT,
+    ),
+    Case(
+        "completion i answers prompt i // G",
+        ("order", _prompts(2, 0, 1), 2),
+        show="prompts [2, 0, 1], G=2, a policy that answers prompt p with (p, p+1, p+2) mod 4",
+        hint="consecutive blocks of G rows per prompt, as generate(num_return_sequences=G) "
+        "returns them (prompts.repeat(G) interleaves the prompts instead)",
+    ),
+]
+SAMPLE_HIDDEN = [
+    Case(
+        "one call for a single prompt",
+        ("generate calls", _prompts(7), 16),
+        expected=1,
+        show="1 prompt, G=16: the number of policy.generate calls",
+        hint=SAMPLE_HINT,
+    ),
+    Case(
+        "one call for five prompts",
+        ("generate calls", _prompts(1, 2, 3, 4, 5), 3),
+        expected=1,
+        show="5 prompts, G=3: the number of policy.generate calls",
+        hint=SAMPLE_HINT,
+    ),
+    Case(
+        "rows in blocks of G, four prompts",
+        ("order", _prompts(3, 1, 0, 2), 3),
+        show="prompts [3, 1, 0, 2], G=3, a policy that answers prompt p with (p, p+1, p+2) mod 4",
+        hint="row i answers prompt i // G",
+    ),
+    Case(
+        "the completions are generate's own samples",
+        ("completions", _prompts(5, 2, 8, 4), 4, 3),
+        show="4 prompts, G=4, torch.manual_seed(3): the returned completions",
+        hint="return what the single generate call sampled, unchanged (no reordering, no "
+        "second sample)",
+    ),
+]
+
+
+def check_sample_group(fn: Callable, hidden: bool = False) -> None:
+    """Public cases, or the hidden ones used for grading."""
+    cases = SAMPLE_HIDDEN if hidden else SAMPLE_PUBLIC
+    _measured(fn, "sample_group", cases, _probe_sample_group, REFERENCE_TRAINER)
+
+
+def time_sample_group(
+    fn: Callable, num_prompts: int = 16, num_generations: int = 8, repeats: int = 5
+) -> str:
+    """How long ``fn`` takes for one batch, and how many generate calls it makes, next to the
+    seed's per-sample loop (best of ``repeats``). For the notebook's demo; never asserted."""
+
+    def measure(sample) -> tuple[float, int]:
+        policy = CountingPolicy(0, scale=1.0)
+        prompts = torch.arange(num_prompts) % TARGETS
+        best = float("inf")
+        for _ in range(repeats):
+            policy.calls.clear()
+            start = time.perf_counter()
+            sample(policy, prompts, num_generations)
+            best = min(best, time.perf_counter() - start)
+        return best, len(policy.calls)
+
+    with _one_thread():
+        yours, seeds = measure(fn), measure(SeedTrainer.sample_group)
+    return (
+        f"{num_prompts} prompts x G={num_generations}\n"
+        f"  yours:      {yours[1]:4d} generate call(s), {1e3 * yours[0]:7.2f} ms\n"
+        f"  seed's loop: {seeds[1]:3d} generate call(s), {1e3 * seeds[0]:7.2f} ms  "
+        f"({seeds[0] / yours[0]:.0f}x yours)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: make_rollout (bug (b), seed 001 lines 91-102)
+
+
+def _probe_make_rollout(
+    fn: Callable,
+    prompts: torch.Tensor,
+    num_generations: int,
+    seed: int = 0,
+    reward: str = "sum",
+) -> dict:
+    policy = CountingPolicy(seed, scale=1.0)
+    reward_fn = RecordingReward(sum_reward if reward == "sum" else distance_reward)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        rollout = fn(policy, prompts, reward_fn, num_generations)
+    if not isinstance(rollout, Rollout):
+        raise TypeError(f"make_rollout returned {type(rollout).__name__}, not a Rollout")
+    completions = rollout.completions
+    rewards = reward_fn.reward_fn(prompts, completions)
+    return {
+        "generate calls": len(policy.calls),
+        "reward_fn calls": len(reward_fn.scored),
+        "completions were scored": any(
+            s.shape == completions.shape and torch.equal(s, completions) for s in reward_fn.scored
+        ),
+        "rewards are theirs": close(rollout.rewards, rewards),
+        "advantages from those rewards": close(
+            rollout.advantages, package.group_advantages(rewards, num_generations)
+        ),
+    }
+
+
+ROLLOUT_HINT = (
+    "score the completions you return, and return the completions you scored: sample once. "
+    "Seed 001 samples again after the rewards (line 102), so advantage i multiplies the "
+    "gradient of an unscored completion"
+)
+ROLLOUT_PUBLIC = [
+    Case(
+        "the rollout's completions are the scored ones",
+        (_prompts(4, 6), 4),
+        show="2 prompts, G=4, reward = 1 if the digits add up to the prompt: what was sampled, "
+        "what was scored and what the rollout holds",
+        hint=ROLLOUT_HINT,
+    ),
+]
+ROLLOUT_HIDDEN = [
+    Case(
+        f"{len(prompts)} prompts, G={size}, {reward} reward, seed {seed}",
+        (_prompts(*prompts), size, seed, reward),
+        show=f"prompts {list(prompts)}, G={size}, torch.manual_seed({seed}), {reward} reward",
+        hint=ROLLOUT_HINT,
+    )
+    for prompts, size, seed, reward in [
+        ((3, 5, 7), 8, 1, "sum"),
+        ((2, 9), 6, 2, "distance"),
+        ((1, 4, 6, 8, 5), 4, 3, "distance"),
+    ]
+]
+
+
+def check_make_rollout(fn: Callable, hidden: bool = False) -> None:
+    cases = ROLLOUT_HIDDEN if hidden else ROLLOUT_PUBLIC
+    _measured(fn, "make_rollout", cases, _probe_make_rollout, REFERENCE_TRAINER)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: group_advantages (bug (d), seed 000 lines 609-621)
+
+
+def _t(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def _random_rewards(seed: int, groups: int, size: int, kind: str) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    if kind == "binary":
+        return torch.randint(0, 2, (groups * size,), generator=generator).float()
+    return torch.randn(groups * size, generator=generator) * 2 - 1
+
+
+ADVANTAGE_PUBLIC = [
+    Case(
+        "zero-variance group",
+        (_t(1, 1, 1, 1), 4),
+        expected=[0.0] * 4,
+        hint="all rewards equal: 0 / (0 + eps) = 0, never NaN",
+    ),
+    Case(
+        "the seed's group: three right, one wrong",
+        (_t(1, 1, 0, 1), 4),
+        expected=[0.25 / (0.5 + 1e-4)] * 2 + [-0.75 / (0.5 + 1e-4), 0.25 / (0.5 + 1e-4)],
+        hint="mean 0.75, unbiased std 0.5: 0.25 / (0.5 + eps) = +0.5 and -0.75 / (0.5 + eps) = "
+        "-1.5, as the seed's code computes them (rewards.std(), seed 000 line 301), not the "
+        "worked +0.58 / -1.74 (population std 0.43)",
+    ),
+    Case(
+        "two groups are normalised separately",
+        (_t(1, 0, 0, 0, 5, 3, 4, 4), 4),
+        hint="each block of G rewards is one group: its own mean and std (not the batch's, as "
+        "seed 002 lines 74-79 do)",
+    ),
+]
+ADVANTAGE_HIDDEN = [
+    *(
+        Case(
+            f"random {kind} rewards, {groups} groups of {size}",
+            (_random_rewards(seed, groups, size, kind), size),
+            hint="equation (2) within each group, unbiased std (divide by G-1)",
+        )
+        for seed, (groups, size, kind) in enumerate(
+            [(3, 8, "binary"), (5, 2, "normal"), (2, 5, "normal"), (4, 3, "binary")]
+        )
+    ),
+    Case(
+        "G=2",
+        (_t(3, 1), 2),
+        expected=[1 / (2**0.5 + 1e-4), -1 / (2**0.5 + 1e-4)],
+        hint="the unbiased std of [3, 1] is sqrt(2); the population std would be 1",
+    ),
+    Case(
+        "a larger eps",
+        (_t(3, 1, 2, 2), 4),
+        {"eps": 0.5},
+        hint="use the eps argument",
+    ),
+    Case(
+        "integer rewards",
+        (torch.tensor([2, 0, 1, 1]), 4),
+        hint="integer tensors have no std: convert the rewards to float first",
+    ),
+    Case(
+        "a zero-variance group next to another",
+        (_t(1, 1, 1, 1, 0, 1, 0, 0), 4),
+        hint="each group is normalised on its own: the flat group gets 0",
+    ),
+]
+
+
+def check_group_advantages(fn: Callable, hidden: bool = False) -> None:
+    run_cases(
+        fn,
+        "group_advantages",
+        ADVANTAGE_HIDDEN if hidden else ADVANTAGE_PUBLIC,
+        lambda rewards, num_generations, eps=1e-4: package.group_advantages(
+            rewards, num_generations, eps=eps
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 4: kl_penalty (bug (c), seed 002 lines 49-53 and seed 000 lines 378-406)
+
+
+def _logits(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Policy logits, reference logits, sampled tokens (random, seeded)."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(*shape, generator=generator)
+    ref_logits = torch.randn(*shape, generator=generator)
+    tokens = torch.randint(0, shape[-1], shape[:-1], generator=generator)
+    return logits, ref_logits, tokens
+
+
+def _token_logps(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _loss_gradient(fn: Callable, seed: int, shape: tuple[int, ...], beta: float) -> torch.Tensor:
+    """d loss / d logits of the update's loss (8) with every advantage 0: only the KL acts."""
+    logits, ref_logits, tokens = _logits(seed, shape)
+    logits.requires_grad_(True)
+    logps = _token_logps(logits, tokens)
+    ref_logps = _token_logps(ref_logits, tokens)
+    advantages = torch.zeros(shape[0], 1)
+    ratio = torch.exp(logps - logps.detach())
+    clipped = torch.clamp(ratio, 0.8, 1.2)
+    loss = -torch.min(ratio * advantages, clipped * advantages).mean()
+    loss = loss + beta * fn(logps, ref_logps)
+    if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
+        return torch.zeros_like(logits)
+    (gradient,) = torch.autograd.grad(loss, logits, allow_unused=True)
+    return torch.zeros_like(logits) if gradient is None else gradient
+
+
+def _kl_pull(fn: Callable, seed: int, beta: float, lr: float) -> tuple[float, float]:
+    """One SGD step on beta * kl_penalty alone, on samples of a policy away from the
+    reference: the exact KL(pi || pi_ref) before and after."""
+    ref, policy = ToyPolicy(seed, scale=1.0), ToyPolicy(seed + 1, scale=1.0)
+    prompts = torch.arange(TARGETS)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        completions = policy.generate(prompts, 8)
+    before = exact_kl(policy, ref, prompts)
+    optimizer = torch.optim.SGD(policy.parameters(), lr=lr)
+    loss = beta * fn(policy.logps(prompts, completions), ref.logps(prompts, completions).detach())
+    if isinstance(loss, torch.Tensor) and loss.requires_grad:
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return before, exact_kl(policy, ref, prompts)
+
+
+def _probe_kl_penalty(fn: Callable, measure: str, *args):
+    if measure == "value":
+        logps, ref_logps = args
+        value = fn(logps, ref_logps)
+        if isinstance(value, torch.Tensor):
+            return value.item() if value.numel() == 1 else value.detach()
+        return value
+    if measure == "gradient":
+        return _loss_gradient(fn, *args)
+    return _kl_pull(fn, *args)
+
+
+def _rounded_list(values: torch.Tensor | list | float) -> list | float:
+    """Nested lists of floats with 3 decimals, to print an input."""
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    if isinstance(values, list):
+        return [_rounded_list(v) for v in values]
+    return round(values, 3)
+
+
+def _value_case(name: str, seed: int, shape: tuple[int, ...], hint: str) -> Case:
+    logits, ref_logits, tokens = _logits(seed, shape)
+    logps, ref_logps = _token_logps(logits, tokens), _token_logps(ref_logits, tokens)
+    return Case(
+        name,
+        ("value", logps, ref_logps),
+        show=f"logps={_rounded_list(logps)}, ref_logps={_rounded_list(ref_logps)}",
+        hint=hint,
+    )
+
+
+GRADIENT_HINT = (
+    "the value is right (the cases before passed): the penalty has no gradient. Keep logps "
+    "attached to the graph: seed 002 line 51 detaches log_probs_new, seed 000 line 405 builds "
+    "its KL from two log-probs computed under torch.no_grad()"
+)
+KL_PUBLIC = [
+    _value_case(
+        "the value: k3 averaged over tokens",
+        0,
+        (2, 3, 4),
+        "k3 = exp(x) - x - 1 with x = ref_logps - logps, equation (7), then the mean",
+    ),
+    Case(
+        "the same policy as the reference",
+        ("value", _t(-1.0, -0.5, -2.0), _t(-1.0, -0.5, -2.0)),
+        expected=0.0,
+        hint="x = 0 for every token: k3 = 0",
+    ),
+    Case(
+        "the KL term has a gradient",
+        ("gradient", 0, (2, 2, 3), 0.1),
+        show="random logits [2 outputs, 2 tokens, 3 actions], advantages 0, beta=0.1: "
+        "d loss / d logits of -L_clip + beta * kl_penalty(logps, ref_logps)",
+        hint=GRADIENT_HINT,
+    ),
+]
+KL_HIDDEN = [
+    _value_case("k3, not k1 or the other direction", 1, (3, 4, 5), "x = ref_logps - logps"),
+    Case(
+        "the gradient, larger beta",
+        ("gradient", 2, (2, 2, 4), 1.0),
+        show="random logits [2, 2, 4] (seed 2), advantages 0, beta=1: d loss / d logits",
+        hint=GRADIENT_HINT,
+    ),
+    Case(
+        "the penalty pulls the policy towards the reference",
+        ("pull", 0, 1.0, 0.5),
+        show="policy != reference, one SGD step (lr 0.5) on 1.0 * kl_penalty alone, on 80 of its "
+        "own samples: exact KL(pi || pi_ref) (before, after)",
+        hint="with a gradient, the step moves pi towards pi_ref and the KL falls; without one "
+        "it stays where it was",
+    ),
+]
+
+
+def check_kl_penalty(fn: Callable, hidden: bool = False) -> None:
+    cases = KL_HIDDEN if hidden else KL_PUBLIC
+    _measured(fn, "kl_penalty", cases, _probe_kl_penalty, REFERENCE_TRAINER)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 5: grpo_update (bug (a), seed 001 lines 107-110)
+
+
+def _probe_grpo_update(
+    fn: Callable,
+    measure: str,
+    num_iterations: int,
+    seed: int = 0,
+    beta: float = 0.04,
+    epsilon: float = 0.2,
+    lr: float = 2.0,
+):
+    """A policy moved away from the reference samples a rollout; ``fn`` updates it. Measures
+    the largest |ratio - 1| of each update, or the policy's mean log-prob afterwards."""
+    ref = ToyPolicy(seed, scale=0.5)
+    policy = copy.deepcopy(ref)
+    with torch.no_grad():
+        policy.prompt_logits.add_(ToyPolicy(seed + 100, scale=1.0).prompt_logits)
+    prompts = torch.arange(TARGETS)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        rollout = make_rollout(policy, prompts, distance_reward, 8)
+    optimizer = torch.optim.SGD(policy.parameters(), lr=lr)
+    ratios = fn(
+        policy,
+        ref,
+        optimizer,
+        rollout,
+        num_iterations=num_iterations,
+        beta=beta,
+        epsilon=epsilon,
+    )
+    if measure == "ratios":
+        if not isinstance(ratios, list | tuple) or not all(
+            isinstance(r, torch.Tensor) for r in ratios
+        ):
+            raise TypeError(
+                f"grpo_update returned {type(ratios).__name__}; it should return a list with the "
+                "ratio tensor of each update"
+            )
+        # how far the furthest token's ratio is from 1, at each update
+        return [(r.detach() - 1).abs().max().item() for r in ratios]
+    with torch.no_grad():
+        return policy.logps(rollout.prompts, rollout.completions).mean().item()
+
+
+UPDATE_SETTING = (
+    "policy moved away from ref_policy samples 10 prompts x G=8 and is updated with SGD "
+    "(lr 2), beta=0.04, epsilon=0.2"
+)
+RATIO_MEASURE = "the largest |ratio - 1| over the tokens, at each update"
+UPDATE_PUBLIC = [
+    Case(
+        "the first update is on-policy: every ratio is 1",
+        ("ratios", 1),
+        expected=[0.0],
+        show=f"{UPDATE_SETTING}, num_iterations=1: {RATIO_MEASURE}",
+        hint="pi_old is the policy that SAMPLED the rollout: before any update pi / pi_old = 1. "
+        "Seed 001 (lines 107-110) takes log pi_old from ref_policy, so the ratio is pi / pi_ref "
+        "and the clip holds the policy near the reference",
+    ),
+    Case(
+        "the ratio moves off 1 over several updates",
+        ("ratios", 3, 0, 0.0),
+        show=f"{UPDATE_SETTING.replace('beta=0.04', 'beta=0')}, num_iterations=3: {RATIO_MEASURE}",
+        hint="evaluate log pi_old once, before the first update, under torch.no_grad(), and keep "
+        "it: recomputed inside the loop the ratio is 1 at every update and the clip never acts",
+    ),
+    Case(
+        "the parameters after several updates",
+        ("logps after", 3, 0, 0.2),
+        show=f"{UPDATE_SETTING.replace('beta=0.04', 'beta=0.2')}, num_iterations=3: mean "
+        "log pi of the rollout's tokens after the updates",
+        hint="the KL term compares with ref_policy's log-probs, the frozen reference, not with "
+        "pi_old's: with pi_ref = pi_old (seed 002 refreshes its reference every iteration) it "
+        "anchors the policy to nothing",
+    ),
+]
+UPDATE_HIDDEN = [
+    Case(
+        f"num_iterations={n}, seed {seed}, beta={beta}, epsilon={eps}, lr={lr}: {measure}",
+        (measure, n, seed, beta, eps, lr),
+        show=f"policy moved away from ref_policy (seed {seed}), SGD lr {lr}, beta={beta}, "
+        f"epsilon={eps}, num_iterations={n}: "
+        + (RATIO_MEASURE if measure == "ratios" else "mean log pi after the updates"),
+        hint="log pi_old: the sampling policy, once, before the updates, detached; "
+        "log pi_ref: ref_policy, the frozen reference",
+    )
+    for measure, n, seed, beta, eps, lr in [
+        ("ratios", 1, 1, 0.0, 0.2, 2.0),
+        ("ratios", 4, 2, 0.04, 0.1, 2.0),
+        ("logps after", 4, 2, 0.04, 0.1, 2.0),
+        ("ratios", 2, 3, 0.2, 0.2, 5.0),
+        ("logps after", 2, 3, 0.2, 0.2, 5.0),
+        ("logps after", 3, 4, 0.0, 0.3, 1.0),
+    ]
+]
+
+
+def check_grpo_update(fn: Callable, hidden: bool = False) -> None:
+    cases = UPDATE_HIDDEN if hidden else UPDATE_PUBLIC
+    _measured(fn, "grpo_update", cases, _probe_grpo_update, REFERENCE_TRAINER)
+
+
+def ratio_distances(fn: Callable, num_iterations: int = 3, beta: float = 0.04) -> list[float]:
+    """The largest |ratio - 1| at each update of ``fn`` in the check's setting (a policy moved
+    away from its reference, SGD with lr 2, epsilon 0.2), for the notebook's demo."""
+    bound = bind(fn, {k: v for k, v in REFERENCE_TRAINER.items() if k != "grpo_update"})
+    with _one_thread():
+        return [round(d, 3) for d in _probe_grpo_update(bound, "ratios", num_iterations, 0, beta)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo: train a fresh toy policy with a trainer's functions
+
+
+@dataclass
+class DemoRun:
+    """What ``train_demo`` measured: expected reward by step, the final KL to the reference,
+    the number of generate calls and the seconds taken."""
+
+    curve: list[tuple[int, float]]
+    kl: float
+    generate_calls: int
+    seconds: float
+
+    def __str__(self) -> str:
+        steps = "  ".join(f"{step:>5d}" for step, _ in self.curve)
+        rewards = "  ".join(f"{reward:5.2f}" for _, reward in self.curve)
+        return (
+            f"step             {steps}\n"
+            f"expected reward  {rewards}\n"
+            f"KL(pi || pi_ref) at the end {self.kl:.3f}; "
+            f"{self.generate_calls} generate calls; {self.seconds:.2f} s"
+        )
+
+
+_RUNS: dict[tuple, DemoRun] = {}
+
+
+def train_demo(
+    functions: Mapping[str, Callable],
+    steps: int = 40,
+    prompts_per_step: int = 4,
+    num_generations: int = 8,
+    num_iterations: int = 2,
+    beta: float = 0.04,
+    epsilon: float = 0.2,
+    lr: float = 0.1,
+    seed: int = 0,
+    every: int = 10,
+) -> DemoRun:
+    """Train a fresh (uniform) toy policy with ``functions`` (a dict with the five exercise
+    names: ``SEED_TRAINER``, ``REFERENCE_TRAINER`` or a notebook's ``globals()``); every
+    ``every`` steps record the exact expected reward over all ten prompts. A run of this
+    module's own trainers is computed once per setting and then remembered."""
+    helpers = {name: functions[name] for name in EXERCISES}
+    settings = (steps, prompts_per_step, num_generations, num_iterations, beta, epsilon, lr)
+    key = (tuple(helpers[name] for name in EXERCISES), *settings, seed, every)
+    if key in _RUNS:
+        return _RUNS[key]
+    rollout_fn = bind(helpers["make_rollout"], helpers)
+    update_fn = bind(helpers["grpo_update"], helpers)
+    with _one_thread(), torch.random.fork_rng():
+        torch.manual_seed(seed)
+        ref = ToyPolicy(seed)
+        policy = CountingPolicy(seed)
+        optimizer = torch.optim.Adam(policy.parameters(), lr=lr)  # the first one imports a lot
+        start = time.perf_counter()
+        curve = [(0, expected_reward(policy))]
+        for step in range(1, steps + 1):
+            prompts = torch.randperm(TARGETS)[:prompts_per_step]
+            rollout = rollout_fn(policy, prompts, sum_reward, num_generations)
+            update_fn(
+                policy,
+                ref,
+                optimizer,
+                rollout,
+                num_iterations=num_iterations,
+                beta=beta,
+                epsilon=epsilon,
+            )
+            if step % every == 0:
+                curve.append((step, expected_reward(policy)))
+        kl = exact_kl(policy, ref, torch.arange(TARGETS))
+    run = DemoRun(curve, kl, len(policy.calls), time.perf_counter() - start)
+    if all(getattr(fn, "__module__", None) == __name__ for fn in helpers.values()):
+        _RUNS[key] = run  # this module's trainers are deterministic: run each setting once
+    return run
+
+
+def bug_table(functions: Mapping[str, Callable] | None = None, **kwargs) -> str:
+    """``train_demo`` with the reference trainer and ONE seed bug put back, for each bug in
+    turn; then the seeds' whole trainer and (if given) ``functions``. One row each: the
+    expected reward at the end, the KL to the reference, generate calls, seconds."""
+    rows = [("all five fixed (reference)", REFERENCE_TRAINER)]
+    rows += [(f"only {name} as the seed wrote it", {**REFERENCE_TRAINER, name: SEED_TRAINER[name]})
+             for name in EXERCISES]  # fmt: skip
+    rows.append(("the seeds' trainer (all five bugs)", SEED_TRAINER))
+    if functions is not None:
+        rows.append(("your trainer", functions))
+    lines = [f"{'trainer':44s} {'reward':>7s} {'KL':>7s} {'generate calls':>15s} {'seconds':>8s}"]
+    for label, trainer in rows:
+        run = train_demo(trainer, **kwargs)
+        lines.append(
+            f"{label:44s} {run.curve[-1][1]:7.2f} {run.kl:7.3f} {run.generate_calls:15d} "
+            f"{run.seconds:8.2f}"
+        )
+    return "\n".join(lines)
