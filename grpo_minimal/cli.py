@@ -156,6 +156,13 @@ def prepare_math(args: argparse.Namespace):
             "backend grpo_minimal runs in one process; launched by torchrun with several, "
             "use --backend trl (TRL's GRPOTrainer, data-parallel)"
         )
+    args.trl_overrides = {}
+    if args.trl:
+        if args.backend != "trl":
+            raise ValueError("--trl KEY=VALUE sets TRL's GRPOConfig: it needs --backend trl")
+        from .trl_bridge import parse_trl_overrides
+
+        args.trl_overrides = parse_trl_overrides(args.trl)
     train_rows, eval_rows = load_train_eval_rows(
         cfg.dataset, cfg.eval_split, cfg.eval_n, cfg.allow_eval_overlap
     )
@@ -177,7 +184,7 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
         from .trl_bridge import is_main_process, train_math_trl, world_size
 
         trainer, history = train_math_trl(cfg, model, tokenizer, train_rows, eval_rows, out,
-                                          progress=not args.no_progress)  # fmt: skip
+                                          progress=not args.no_progress, **args.trl_overrides)  # fmt: skip
         if not is_main_process():
             return None  # rank 0 alone writes the files and prints the summary
         processes = trainer.accelerator.num_processes
@@ -357,6 +364,14 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         help="grpo_minimal: this package's trainer (one process); trl: the same MathConfig, "
         "rewards and data through TRL's GRPOTrainer, which torchrun --nproc_per_node N runs "
         "data-parallel",
+    )
+    math.add_argument(
+        "--trl",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --backend trl: a TRL GRPOConfig setting the MathConfig has no name for, e.g. "
+        "--trl use_vllm=true --trl vllm_mode=colocate (repeatable; values are JSON or text)",
     )
     math.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     math.set_defaults(prepare=prepare_math, func=run_math)

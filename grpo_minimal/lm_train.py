@@ -354,8 +354,15 @@ def evaluate_samples(
     }
 
 
-def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, config: dict | None = None):
-    """Write a Hugging Face checkpoint (safetensors, config, tokenizer) into ``out_dir``.
+def save_checkpoint(
+    model,
+    tokenizer,
+    out_dir: str | os.PathLike,
+    config: dict | None = None,
+    state_dict: dict | None = None,
+):
+    """Write a Hugging Face checkpoint (safetensors, config, tokenizer) into ``out_dir``;
+    ``state_dict`` replaces the model's own (a full one gathered from ZeRO-3 / FSDP shards).
 
     Every file is first written (and fsynced) to a temporary folder inside ``out_dir``, then
     moved into place with ``os.replace`` (atomic on one file system): a reader never sees a
@@ -368,7 +375,7 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, config: dict |
     tmp = Path(tempfile.mkdtemp(prefix=".saving-", dir=out))
     try:
         with quiet_transformers():
-            model.save_pretrained(tmp)
+            model.save_pretrained(tmp, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
         if config is not None:
             (tmp / "grpo_config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -59,6 +59,18 @@ def per_device_batch_size(cfg: MathConfig, processes: int) -> int:
     return batch // (cfg.gradient_accumulation_steps * processes)
 
 
+# TRL settings that trl_grpo_config derives from a MathConfig (or that train_math_trl needs)
+_MAPPED_FROM_MATH_CONFIG = (
+    "output_dir", "use_cpu", "bf16", "fp16", "seed", "data_seed", "max_steps", "learning_rate",
+    "lr_scheduler_type", "weight_decay", "max_grad_norm", "per_device_train_batch_size",
+    "gradient_accumulation_steps", "generation_batch_size", "steps_per_generation",
+    "activation_checkpointing", "gradient_checkpointing", "num_generations",
+    "max_completion_length", "temperature", "top_p", "beta", "epsilon", "epsilon_high",
+    "loss_type", "scale_rewards", "num_iterations", "use_bias_correction_kl", "sync_ref_model",
+    "ref_model_sync_steps", "logging_steps",
+)  # fmt: skip
+
+
 def trl_grpo_config(cfg: MathConfig, output_dir: str, **overrides):
     """A ``trl.GRPOConfig`` with the meaning of ``cfg`` (see the module docstring)."""
     import torch
@@ -169,6 +181,37 @@ def make_trl_trainer(
     return trainer, clock
 
 
+def parse_trl_overrides(pairs: Sequence[str]) -> dict:
+    """``["use_vllm=true", "vllm_mode=colocate"]`` -> ``{"use_vllm": True, "vllm_mode": ...}``.
+
+    Only TRL ``GRPOConfig`` fields that ``trl_grpo_config`` does not set from the ``MathConfig``
+    are allowed: a setting the course has a name for is given by that name (``--beta``), so the
+    two can never disagree. Values are JSON (``true``, ``0.3``, ``null``) or else strings.
+    """
+    import dataclasses
+
+    from trl import GRPOConfig as TRLGRPOConfig
+
+    fields = {f.name for f in dataclasses.fields(TRLGRPOConfig)}
+    mapped = set(_MAPPED_FROM_MATH_CONFIG)
+    overrides = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--trl takes KEY=VALUE (a TRL GRPOConfig field), got {pair!r}")
+        if key not in fields:
+            raise ValueError(f"--trl {key}: not a field of TRL's GRPOConfig")
+        if key in mapped:
+            raise ValueError(
+                f"--trl {key}: set from the MathConfig; use its grpo-minimal flag instead"
+            )
+        try:
+            overrides[key] = json.loads(text)
+        except json.JSONDecodeError:
+            overrides[key] = text
+    return overrides
+
+
 # TRL's logged name -> ours (lm_grpo.LMGRPOTrainer.step), for metrics.jsonl and plot_history
 TRL_METRIC_NAMES = {
     "reward": "reward_mean",
@@ -192,6 +235,7 @@ def train_math_trl(
     eval_rows: Sequence[dict],
     out_dir: str | os.PathLike,
     progress: bool = True,
+    **overrides,
 ) -> tuple[object, list[dict]]:
     """``lm_train.train_math`` on TRL's ``GRPOTrainer``: returns (trainer, history).
 
@@ -199,9 +243,10 @@ def train_math_trl(
     record per sampled batch (TRL's names mapped to ours by ``TRL_METRIC_NAMES``) and an atomic
     checkpoint with ``grpo_config.json``, all written by rank 0 only. Under ``torchrun`` every
     rank trains on its share of each batch (DDP: gradients averaged across ranks).
+    ``overrides`` are TRL ``GRPOConfig`` settings with no ``MathConfig`` name (``use_vllm``, ...).
     """
     from .data import check_held_out
-    from .lm_model import format_prompt
+    from .lm_model import format_prompt, load_model
     from .lm_train import evaluate_accuracy, save_checkpoint
 
     main = is_main_process()
@@ -215,7 +260,7 @@ def train_math_trl(
     trainer, clock = make_trl_trainer(
         cfg, model, tokenizer, rows, str(out_dir), time_budget_s=cfg.time_budget_s,
         logging_steps=cfg.num_iterations,  # one log per sampled batch, as our steps
-        disable_tqdm=not (progress and main),
+        disable_tqdm=not (progress and main), **overrides,
     )  # fmt: skip
     trainer.train()
     history = [{"step": 0, "train_s": 0.0, "eval_accuracy": before, "eval_n": len(eval_rows),
@@ -230,12 +275,15 @@ def train_math_trl(
         )
         record["train_s"] = round(sum(clock.step_s[:optimizer_steps]), 3)
         history.append(record)
+    # Every rank takes part: ZeRO-3 and FSDP gather their shards into one full state dict here.
+    state = trainer.accelerator.get_state_dict(trainer.model_wrapped)
     if not main:
         return trainer, history
-    history[-1]["eval_accuracy"] = evaluate_accuracy(trainer.model, tokenizer, eval_rows, cfg)[0]
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(trainer.model, tokenizer, out, cfg.to_dict(), state_dict=state)
+    # Held-out accuracy of the checkpoint as written (trainer.model may hold only shards)
+    saved, _ = load_model(str(out), next(model.parameters()).device)
+    history[-1]["eval_accuracy"] = evaluate_accuracy(saved, tokenizer, eval_rows, cfg)[0]
     with (out / "metrics.jsonl").open("w") as fh:
         fh.writelines(json.dumps(record) + "\n" for record in history)
-    save_checkpoint(trainer.model, tokenizer, out, cfg.to_dict())
     return trainer, history

@@ -15,7 +15,7 @@ pytest.importorskip("trl")
 
 from grpo_minimal import cli  # noqa: E402
 from grpo_minimal.lm_train import MathConfig  # noqa: E402
-from grpo_minimal.trl_bridge import per_device_batch_size  # noqa: E402
+from grpo_minimal.trl_bridge import parse_trl_overrides, per_device_batch_size  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ["math", "--backend", "trl", "--max-steps", "2", "--eval-n", "40", "--no-progress"]
@@ -77,3 +77,26 @@ def test_our_backend_refuses_several_processes(monkeypatch, tmp_path, capsys):
         cli.main(["math", "--max-steps", "1", "--out", str(tmp_path)])
     assert exited.value.code == 2
     assert "--backend trl" in capsys.readouterr().err
+
+
+def test_trl_overrides_are_trl_only_settings():
+    assert parse_trl_overrides(["use_vllm=true", "vllm_mode=colocate", "report_to=wandb"]) == {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "report_to": "wandb",
+    }
+    for pair, message in [
+        ("beta=0.1", "use its grpo-minimal flag"),  # the course has a name for it
+        ("num_generations=4", "use its grpo-minimal flag"),
+        ("not_a_setting=1", "not a field of TRL's GRPOConfig"),
+        ("use_vllm", "KEY=VALUE"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_trl_overrides([pair])
+
+
+def test_trl_overrides_need_the_trl_backend(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["math", "--trl", "use_vllm=true", "--out", str(tmp_path)])
+    assert exited.value.code == 2
+    assert "needs --backend trl" in capsys.readouterr().err
