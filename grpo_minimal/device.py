@@ -15,6 +15,7 @@ small gradients do not underflow to zero.
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import sys
 
@@ -26,13 +27,18 @@ DEVICE_NAMES = ("auto", "cpu", "cuda")
 
 
 def pick_device(name: str = "auto") -> torch.device:
-    """``auto``: ``cuda`` if available, else ``cpu``. ``cuda`` without a GPU is an error."""
+    """``auto``: ``cuda`` if available, else ``cpu``. ``cuda`` without a GPU is an error.
+
+    Under a launcher (``torchrun``, ``accelerate launch``: ``LOCAL_RANK`` is set) ``cuda`` means
+    this process's own GPU, ``cuda:LOCAL_RANK``, as the data-parallel trainer expects."""
     if name not in DEVICE_NAMES and not name.startswith("cuda:"):
         raise ValueError(f"device must be one of {DEVICE_NAMES} (or cuda:N), got {name!r}")
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={name!r} was asked for, but torch sees no CUDA GPU")
+    if name == "cuda" and "LOCAL_RANK" in os.environ:
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return torch.device(name)
 
 

@@ -523,6 +523,17 @@ def test_device_and_dtype_choices():
     assert peak_memory_mb(torch.device("cpu")) > 0
 
 
+def test_each_launched_process_takes_its_own_gpu(monkeypatch):
+    """Under torchrun / accelerate launch, "cuda" is cuda:LOCAL_RANK (not every rank on GPU 0)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pick_device("cuda") == torch.device("cuda") and pick_device("auto").type == "cuda"
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert pick_device("cuda") == torch.device("cuda", 3)
+    assert pick_device("auto") == torch.device("cuda", 3)
+    assert pick_device("cuda:1") == torch.device("cuda", 1)  # an explicit GPU stays as asked
+    assert pick_device("cpu").type == "cpu"
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_mixed_precision_step_on_cpu(dtype):
     """The autocast (and, for float16, loss-scaling) branch the GPU path takes, run on the CPU."""

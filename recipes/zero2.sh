@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# DeepSpeed ZeRO-2 on one node: Qwen2.5-1.5B-Instruct on GSM8K, optimizer states and gradients
+# sharded over 8 GPUs. Written for: 1 node x 8 NVIDIA H100 80GB. Not run here (no GPU);
+# tests/test_recipes.py loads the accelerate config and checks the batch split.
+# Per step: 16 prompts x 8 completions = 128 = 8 GPUs x 2 micro-batches x 8.
+set -euo pipefail
+accelerate launch --config_file recipes/accelerate/zero2.yaml -m grpo_minimal math --backend trl \
+    --model Qwen/Qwen2.5-1.5B-Instruct --dataset gsm8k --prompt-template r1 --format-weight 0.2 \
+    --device cuda --dtype bfloat16 --gradient-checkpointing true \
+    --prompts-per-step 16 --num-generations 8 --gradient-accumulation-steps 2 \
+    --max-completion-length 512 --temperature 0.9 --learning-rate 1e-6 --beta 0.04 \
+    --max-steps 300 --eval-n 200 --out runs/qwen1.5b-zero2
