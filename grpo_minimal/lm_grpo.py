@@ -172,6 +172,16 @@ def completion_logps(
     return logps, entropy
 
 
+def truncated_fraction(completion_ids: torch.Tensor, eos_ids: Sequence[int]) -> float:
+    """Fraction of completions with no EOS: cut at ``max_completion_length`` before they ended.
+
+    Such a completion rarely holds a full answer; when most are cut, rewards go flat (TRL logs
+    the same number as ``completions/clipped_ratio``)."""
+    eos = torch.tensor(list(eos_ids), device=completion_ids.device)
+    ended = torch.isin(completion_ids, eos).any(dim=1)
+    return 1.0 - ended.float().mean().item()
+
+
 class LMGRPOTrainer:
     """Holds the policy, the reference, AdamW and the config; ``step(rows)`` is one GRPO step."""
 
@@ -289,6 +299,7 @@ class LMGRPOTrainer:
             "grad_norm": float(grad_norm),
             "learning_rate": self.scheduler.get_last_lr()[0],
             "completion_length": mask.sum(dim=1).float().mean().item(),
+            "truncated_fraction": truncated_fraction(rollout.completion_ids, self.eos_ids),
             "sample_s": round(sample_s, 4),
             "step_s": round(step_s, 4),
             "completions_per_s": len(rollout.completions) / step_s,

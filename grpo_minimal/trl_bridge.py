@@ -224,6 +224,7 @@ TRL_METRIC_NAMES = {
     "entropy": "entropy",
     "clip_ratio/region_mean": "clip_fraction",
     "completions/mean_length": "completion_length",
+    "completions/clipped_ratio": "truncated_fraction",
 }
 
 
