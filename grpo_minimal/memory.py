@@ -1,0 +1,281 @@
+"""Memory of one RL update of a causal LM: PPO against GRPO, counted and planned.
+
+PPO for LLMs keeps four models: the policy and a value model (both trained), a frozen reference
+(for the KL) and a frozen reward model. GRPO drops the value model; with a verifiable reward
+(notebook 05) it needs no reward model either, and with ``beta = 0`` no reference. Each model's
+memory is four parts:
+
+- **weights**: every parameter;
+- **gradients**: one per trained parameter;
+- **optimizer**: AdamW's two moments per trained parameter (plus a float32 master copy of the
+  weights in bf16 mixed precision);
+- **activations**: what the training forward saves for the backward pass.
+
+``count_update`` runs one real update (policy loss, plus the value loss for PPO, one backward,
+one AdamW step) and counts the bytes of every tensor in each part: activations through
+``torch.autograd.graph.saved_tensors_hooks``, the rest from the parameters and the optimizer
+state. ``plan_update`` computes the same parts from the architecture alone, so it can be asked
+about models that do not fit here (``QWEN2_5``); the tests check it against ``count_update``.
+
+The sum of the four parts bounds the peak of an update from above: gradients are allocated while
+activations are freed. Not counted: transient tensors (the logits of the frozen models' forward
+passes under ``no_grad``, temporaries inside one operation), the KV cache of generation, and the
+allocator's overhead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+ALGOS = ("grpo", "ppo")
+
+# Architectures of the Qwen2.5 instruct models (their config.json on the Hugging Face Hub).
+QWEN2_5 = {
+    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                 num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                 tie_word_embeddings=True),
+    "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+               tie_word_embeddings=False),
+}  # fmt: skip
+
+# Bytes per value: weights, gradients, optimizer state per trained parameter, saved activations,
+# and per logit (a bf16 logit is also kept as the float32 copy the log-softmax runs in).
+PRECISIONS = {
+    "float32": dict(weight=4, gradient=4, optimizer=8, activation=4, logit=4),
+    "bf16-mixed": dict(weight=2, gradient=2, optimizer=12, activation=2, logit=6),
+}
+
+
+@dataclass
+class ModelMemory:
+    """One model's share of an update, in bytes."""
+
+    role: str
+    trained: bool
+    parameters: int
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+
+def models_of(algo: str, beta: float, reward_model: bool) -> list[tuple[str, bool, str]]:
+    """(role, trained, head) of each model an update keeps; head ``lm`` (next-token logits) or
+    ``value`` (one number per token)."""
+    if algo not in ALGOS:
+        raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+    models = [("policy", True, "lm")]
+    if algo == "ppo":
+        models.append(("value", True, "value"))
+    if beta > 0:
+        models.append(("reference", False, "lm"))
+    if reward_model:
+        models.append(("reward", False, "value"))
+    return models
+
+
+class ValueModel(torch.nn.Module):
+    """The policy's transformer with a scalar head: V(s_t) for every token (PPO's critic), or a
+    reward model's score."""
+
+    def __init__(self, config) -> None:
+        from transformers import AutoModel
+
+        super().__init__()
+        self.backbone = AutoModel.from_config(config)
+        self.head = torch.nn.Linear(config.hidden_size, 1)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(input_ids=input_ids).last_hidden_state).squeeze(-1)
+
+
+def qwen2_config(**architecture):
+    """A transformers ``Qwen2Config`` with sdpa attention (what ``count_update`` measures)."""
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(max_position_embeddings=4096, **architecture)
+    config._attn_implementation = "sdpa"
+    return config
+
+
+def saved_activation_bytes(forward: Callable[[], torch.Tensor], parameters) -> tuple:
+    """Run ``forward`` and count the bytes it saves for backward: (its result, bytes).
+
+    Each storage counts once (views share one); the parameters are left out (they are weights).
+    """
+    params = {p.untyped_storage().data_ptr() for p in parameters}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        result = forward()
+    return result, sum(saved.values())
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def count_update(
+    config,
+    algo: str,
+    batch_size: int,
+    seq_len: int,
+    beta: float = 0.04,
+    reward_model: bool = False,
+    gradient_checkpointing: bool = False,
+    seed: int = 0,
+) -> list[ModelMemory]:
+    """One float32 update on random tokens ``[batch_size, seq_len]``, counted model by model.
+
+    The policy loss is -mean(A * log pi) over the tokens (log pi by gather minus logsumexp, as
+    ``lm_grpo.completion_logps``); PPO adds 0.5 * mean((V - R)^2) and backpropagates both in one
+    backward, as a shared policy-and-value step does. The frozen models run under ``no_grad``.
+    """
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    ids = torch.randint(0, config.vocab_size, (batch_size, seq_len))
+    targets = torch.randn(batch_size, seq_len)
+    built = {}
+    for role, trained, head in models_of(algo, beta, reward_model):
+        model = AutoModelForCausalLM.from_config(config) if head == "lm" else ValueModel(config)
+        if gradient_checkpointing and trained:
+            model_ = model if head == "lm" else model.backbone
+            model_.gradient_checkpointing_enable()
+        built[role] = (model.train(trained).requires_grad_(trained), trained, head)
+
+    activations = dict.fromkeys(built, 0)
+    losses = []
+    for role, (model, trained, head) in built.items():
+        if not trained:
+            with torch.no_grad():
+                model(input_ids=ids) if head == "value" else model(input_ids=ids).logits
+            continue
+        if head == "lm":
+
+            def policy_loss(model=model):
+                logits = model(input_ids=ids).logits.float()
+                logps = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+                logps = logps - torch.logsumexp(logits, dim=-1)
+                return -(targets * logps).mean()
+
+            loss, activations[role] = saved_activation_bytes(policy_loss, model.parameters())
+        else:
+
+            def value_loss(model=model):
+                return 0.5 * (model(ids) - targets).pow(2).mean()
+
+            loss, activations[role] = saved_activation_bytes(value_loss, model.parameters())
+        losses.append(loss)
+    sum(losses).backward()
+    rows = []
+    for role, (model, trained, _) in built.items():
+        params = list(model.parameters())
+        optimizer_bytes = gradient_bytes = 0
+        if trained:
+            optimizer = torch.optim.AdamW(params, lr=1e-6)
+            optimizer.step()
+            gradient_bytes = _bytes(p.grad for p in params)
+            optimizer_bytes = _bytes(
+                value
+                for state in optimizer.state.values()
+                for key, value in state.items()
+                if key != "step"  # AdamW's step counter: one scalar per tensor
+            )
+        rows.append(ModelMemory(role, trained, sum(p.numel() for p in params), _bytes(params),
+                                gradient_bytes, optimizer_bytes, activations[role]))  # fmt: skip
+    return rows
+
+
+def count_parameters(config, head: str = "lm") -> int:
+    """Exact parameter count of the model ``config`` describes, built on the meta device (no
+    memory): tied input and output embeddings count once."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config) if head == "lm" else ValueModel(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def activation_values_per_token(config, head: str = "lm", gradient_checkpointing: bool = False):
+    """Values saved for backward per token: a decoder layer saves 8h + 4i + 2 d_kv (the two
+    RMSNorms' inputs and outputs, q, k, v and their rotary forms, the attention output; the MLP's
+    gate, up, activation and product), the rest 3h + the logits (V per token; 1 for a value
+    head). With gradient checkpointing a layer keeps only its input, h. h = hidden_size,
+    i = intermediate_size, d_kv = key/value width. Returns (layer values, logit values)."""
+    h, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    d_kv = config.num_key_value_heads * (h // config.num_attention_heads)
+    per_layer = h if gradient_checkpointing else 8 * h + 4 * i + 2 * d_kv
+    return layers * per_layer + 3 * h, config.vocab_size if head == "lm" else 1
+
+
+def plan_update(
+    config,
+    algo: str,
+    batch_size: int,
+    seq_len: int,
+    precision: str = "float32",
+    beta: float = 0.04,
+    reward_model: bool = False,
+    gradient_checkpointing: bool = False,
+) -> list[ModelMemory]:
+    """``count_update``'s parts computed from the architecture (``activation_values_per_token``)
+    and the bytes per value of ``precision`` (``PRECISIONS``)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
+    size = PRECISIONS[precision]
+    tokens = batch_size * seq_len
+    rows = []
+    for role, trained, head in models_of(algo, beta, reward_model):
+        n = count_parameters(config, head)
+        values, logits = activation_values_per_token(config, head, gradient_checkpointing)
+        activations = tokens * (values * size["activation"] + logits * size["logit"])
+        rows.append(ModelMemory(
+            role, trained, n, n * size["weight"], n * size["gradient"] if trained else 0,
+            n * size["optimizer"] if trained else 0, activations if trained else 0,
+        ))  # fmt: skip
+    return rows
+
+
+def plan_memory(
+    model: str | dict,
+    algo: str = "grpo",
+    num_generations: int = 8,
+    prompts_per_micro_batch: int = 1,
+    prompt_length: int = 200,
+    completion_length: int = 512,
+    precision: str = "bf16-mixed",
+    gradient_checkpointing: bool = True,
+    beta: float = 0.04,
+    reward_model: bool = False,
+) -> dict:
+    """Estimated memory of one update on one GPU without sharding: a ``QWEN2_5`` size
+    ("0.5B", "7B") or an architecture dict. One micro-batch holds ``prompts_per_micro_batch x
+    num_generations`` sequences of ``prompt_length + completion_length`` tokens (PPO samples one
+    completion per prompt: pass ``num_generations=1`` and more prompts for the same batch).
+
+    Returns the rows (``ModelMemory`` as dicts) and ``total_gb`` (10^9 bytes).
+    """
+    architecture = QWEN2_5[model] if isinstance(model, str) else model
+    rows = plan_update(
+        qwen2_config(**architecture), algo, prompts_per_micro_batch * num_generations,
+        prompt_length + completion_length, precision, beta, reward_model, gradient_checkpointing,
+    )  # fmt: skip
+    return {
+        "rows": [asdict(row) | {"total": row.total} for row in rows],
+        "total_gb": sum(row.total for row in rows) / 1e9,
+    }

@@ -1,0 +1,80 @@
+"""grpo_minimal.memory: the planner against one real update counted tensor by tensor, the models
+each algorithm keeps, and the Qwen2.5 sizes it is asked about."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoConfig
+
+from grpo_minimal.memory import (
+    QWEN2_5,
+    count_parameters,
+    count_update,
+    models_of,
+    plan_memory,
+    plan_update,
+    qwen2_config,
+)
+
+TINY = AutoConfig.from_pretrained("data/tiny_math_lm")
+TINY._attn_implementation = "sdpa"
+OTHER = qwen2_config(hidden_size=192, intermediate_size=512, num_hidden_layers=3,
+                     num_attention_heads=6, num_key_value_heads=2, vocab_size=100)  # fmt: skip
+
+
+@pytest.mark.parametrize("config", [TINY, OTHER], ids=["tiny", "other"])
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["stored", "checkpointed"])
+def test_the_plan_matches_a_counted_update(config, algo, checkpointing):
+    batch, seq_len = 16, 24
+    counted = count_update(config, algo, batch, seq_len, reward_model=algo == "ppo",
+                           gradient_checkpointing=checkpointing)  # fmt: skip
+    planned = plan_update(config, algo, batch, seq_len, reward_model=algo == "ppo",
+                          gradient_checkpointing=checkpointing)  # fmt: skip
+    assert [r.role for r in counted] == [r.role for r in planned]
+    for count, plan in zip(counted, planned, strict=True):
+        assert (count.parameters, count.weights, count.gradients, count.optimizer) == (
+            plan.parameters, plan.weights, plan.gradients, plan.optimizer
+        ), count.role  # fmt: skip
+        # the plan leaves out a few values per token (RMSNorm's 1/rms, ...): at most 8 per layer
+        # and 16 outside the layers, 4 bytes each
+        slack = batch * seq_len * (8 * config.num_hidden_layers + 16) * 4
+        assert abs(count.activations - plan.activations) <= slack, count.role
+        assert (count.activations > 0) == count.trained
+
+
+def test_checkpointing_keeps_a_fraction_of_the_activations():
+    stored = count_update(TINY, "grpo", 16, 24)[0].activations
+    checkpointed = count_update(TINY, "grpo", 16, 24, gradient_checkpointing=True)[0].activations
+    assert checkpointed < stored / 5
+
+
+def test_the_models_each_algorithm_keeps():
+    roles = lambda *args: [role for role, _, _ in models_of(*args)]  # noqa: E731
+    assert roles("ppo", 0.04, True) == ["policy", "value", "reference", "reward"]
+    assert roles("grpo", 0.04, False) == ["policy", "reference"]  # a verifiable reward
+    assert roles("grpo", 0.0, False) == ["policy"]  # TRL's default beta
+    with pytest.raises(ValueError, match="algo must be one of"):
+        models_of("dpo", 0.0, False)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        plan_update(TINY, "grpo", 1, 8, precision="fp8")
+
+
+def test_qwen_sizes_match_their_model_cards():
+    """Qwen2.5 model cards: 0.49B and 7.61B parameters."""
+    assert count_parameters(qwen2_config(**QWEN2_5["0.5B"])) / 1e9 == pytest.approx(0.49, abs=0.005)
+    assert count_parameters(qwen2_config(**QWEN2_5["7B"])) / 1e9 == pytest.approx(7.61, abs=0.01)
+
+
+def test_bf16_accounting_by_hand():
+    """7B, bf16 mixed precision: per trained parameter 2 (weight) + 2 (gradient) + 12 (float32
+    master + two AdamW moments) = 16 bytes; per frozen parameter 2."""
+    plan = plan_memory("7B", "grpo", num_generations=8, completion_length=512)
+    policy, reference = plan["rows"]
+    n = policy["parameters"]
+    assert policy["weights"] + policy["gradients"] + policy["optimizer"] == 16 * n
+    assert reference["total"] == 2 * n
+    ppo = plan_memory("7B", "ppo", num_generations=1, prompts_per_micro_batch=8,
+                      completion_length=512, reward_model=True)  # fmt: skip
+    assert [r["role"] for r in ppo["rows"]] == ["policy", "value", "reference", "reward"]
+    assert ppo["total_gb"] > 1.8 * plan["total_gb"]  # a second trained model of the same size
