@@ -25,20 +25,12 @@ import json
 import random
 from pathlib import Path
 
+from grpo_minimal.data import problem_key  # a+b and b+a are one problem
+
 SEED = 0
 HERE = Path(__file__).resolve().parent
 TRAIN_SIZE, TEST_SIZE = 3000, 500
 MIX_SHARES = {"+": 0.4, "-": 0.4, "*": 0.2}
-
-
-def problem_key(prompt: str) -> tuple[str, int, int]:
-    """The identity of a problem: ``23+45=`` and ``45+23=`` are the same problem."""
-    for op in "+-*":
-        left, sep, right = prompt.rstrip("=").partition(op)
-        if sep and left:
-            a, b = int(left), int(right)
-            return (op, *sorted((a, b))) if op in "+*" else (op, a, b)
-    raise ValueError(f"not an arithmetic prompt: {prompt!r}")
 
 
 def all_problems(op: str) -> list[dict[str, str]]:

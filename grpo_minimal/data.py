@@ -43,6 +43,7 @@ __all__ = [
     "load_math_dataset",
     "load_math_rows",
     "load_train_eval_rows",
+    "problem_key",
     "read_jsonl",
 ]
 
@@ -50,6 +51,16 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 """The repository's ``data/`` folder (the package is used from a checkout of the course)."""
 
 ARITHMETIC_SPLITS = ("train", "test", "mix_train", "mix_test")
+
+
+def problem_key(prompt: str) -> tuple[str, int, int]:
+    """The identity of a problem: ``23+45=`` and ``45+23=`` are the same problem."""
+    for op in "+-*":
+        left, sep, right = prompt.rstrip("=").partition(op)
+        if sep and left:
+            a, b = int(left), int(right)
+            return (op, *sorted((a, b))) if op in "+*" else (op, a, b)
+    raise ValueError(f"not an arithmetic prompt: {prompt!r}")
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

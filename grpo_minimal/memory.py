@@ -147,6 +147,8 @@ def count_update(
     """
     from transformers import AutoModelForCausalLM
 
+    from .lm_model import enable_activation_checkpointing
+
     torch.manual_seed(seed)
     ids = torch.randint(0, config.vocab_size, (batch_size, seq_len))
     targets = torch.randn(batch_size, seq_len)
@@ -155,7 +157,8 @@ def count_update(
         model = AutoModelForCausalLM.from_config(config) if head == "lm" else ValueModel(config)
         if gradient_checkpointing and trained:
             model_ = model if head == "lm" else model.backbone
-            model_.gradient_checkpointing_enable()
+            model_.config.use_cache = False  # no KV cache in a training forward
+            enable_activation_checkpointing(model_)
         built[role] = (model.train(trained).requires_grad_(trained), trained, head)
 
     activations = dict.fromkeys(built, 0)

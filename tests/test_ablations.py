@@ -1,0 +1,84 @@
+"""The ablation sweep's pieces (grpo_minimal/ablations.py): split, budgets, summary."""
+
+import pytest
+
+from grpo_minimal.ablations import (
+    NOTEBOOK_07,
+    VARIANTS,
+    budget_of,
+    run_variant,
+    summarize,
+    validation_split,
+    variant_config,
+)
+from grpo_minimal.data import load_math_rows, problem_key
+
+
+def test_problem_key_identifies_swapped_twins():
+    assert problem_key("23+45=") == problem_key("45+23=") == ("+", 23, 45)
+    assert problem_key("7*12=") == problem_key("12*7=")
+    assert problem_key("45-23=") != problem_key("23-45=")
+    with pytest.raises(ValueError, match="not an arithmetic prompt"):
+        problem_key("hello")
+
+
+def test_validation_split_holds_no_twin_of_a_training_problem():
+    rows = load_math_rows("arithmetic", "train")
+    train, validation = validation_split(rows, 500)
+    assert train == rows[:-500]
+    assert 0 < len(validation) <= 500
+    assert all(r in rows[-500:] for r in validation)
+    assert not {problem_key(r["prompt"]) for r in train} & {
+        problem_key(r["prompt"]) for r in validation
+    }
+
+
+def test_validation_split_drops_the_twin_by_hand():
+    rows = [{"prompt": p, "answer": "0"} for p in ("1+2=", "3+4=", "2+1=", "5+6=")]
+    assert validation_split(rows, 2) == (rows[:2], [rows[3]])
+    with pytest.raises(ValueError, match="size must be in 1..3"):
+        validation_split(rows, 4)
+
+
+def test_equal_completion_budget_sets_the_steps():
+    assert variant_config("default", 0, completions=12800).max_steps == 200
+    assert variant_config("G2_P32", 0, completions=12800).max_steps == 200
+    cfg = variant_config("G16_P4", 3, completions=640)
+    assert (cfg.max_steps, cfg.num_generations, cfg.prompts_per_step, cfg.seed) == (10, 16, 4, 3)
+    timed = variant_config("beta0", 0, budget_s=60.0)
+    assert (timed.time_budget_s, timed.beta) == (60.0, 0.0)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        variant_config("default", 0, completions=100)
+    with pytest.raises(ValueError, match="one budget"):
+        variant_config("default", 0)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        variant_config("G3", 0, completions=64)
+
+
+def test_every_variant_is_a_valid_config_and_the_notebook_sweep_is_known():
+    for name in VARIANTS:
+        variant_config(name, 0, completions=64 * 16).validate()
+    assert set(NOTEBOOK_07) <= set(VARIANTS) and "default" in NOTEBOOK_07
+
+
+def test_summary_by_hand():
+    runs = [{"variant": "a", "seed": s, "steps": 10 + s, "validation_accuracy": v}
+            for s, v in enumerate([0.5, 0.6, 0.7, 0.8, 0.9])]  # fmt: skip
+    runs += [{"variant": "b", "seed": 0, "steps": 7, "validation_accuracy": 0.4}]
+    a, b = summarize(runs, ["a", "b", "absent"])
+    assert a["accuracy"] == pytest.approx(0.7) and (a["low"], a["high"], a["steps"]) == (
+        0.5, 0.9, 12)  # fmt: skip
+    low, high = a["interval"]
+    assert 0.5 <= low < 0.7 < high <= 0.9
+    assert b["interval"] is None and b["seeds"] == 1
+    assert budget_of({"completions": 12800, "budget_s": None}) == "12800 completions"
+    assert budget_of({"budget_s": 60.0}) == "60 s"
+
+
+def test_one_short_run_is_recorded():
+    rows = load_math_rows("arithmetic", "train")
+    train, validation = validation_split(rows, 40)
+    record = run_variant("G4_P16", 0, train, validation, completions=128)
+    assert record["steps"] == 2 and record["completions"] == 128
+    assert record["validation_n"] == len(validation)
+    assert 0.0 <= record["validation_accuracy"] <= 1.0
