@@ -10,6 +10,7 @@ on. At the CPU lesson's settings it makes a whole GRPO step faster: ``bench/prom
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import torch
@@ -38,6 +39,10 @@ def shared_prompt_logits(model, rollout: Rollout) -> torch.Tensor:
     attention_mask = torch.cat([prompt_mask, rollout.completion_mask[:, :-1]], dim=1)
     start = prompt_mask.sum(dim=1, keepdim=True)  # positions go on after the real prompt tokens
     positions = start + torch.arange(C - 1, device=start.device)
+    # transformers 5.x renames the argument past_key_values -> cache (the old name warns)
+    cache_arg = (
+        "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    )
     rest = model(input_ids=rollout.completion_ids[:, :-1], attention_mask=attention_mask,
-                 position_ids=positions, past_key_values=cache, use_cache=True).logits  # fmt: skip
+                 position_ids=positions, use_cache=True, **{cache_arg: cache}).logits  # fmt: skip
     return torch.cat([first, rest], dim=1)
