@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from grpo_minimal.ablations import (
     NOTEBOOK_07,
+    RESULTS,
     VARIANTS,
     budget_of,
     run_variant,
@@ -52,7 +53,7 @@ def main() -> None:
                         help="sampled completions per run (sets max_steps; replaces --budget)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--validation", type=int, default=500, help="rows carved from train")
-    parser.add_argument("--out", default="bench/results/ablations.json")
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     names = NOTEBOOK_07 if args.variants == "notebook07" else args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]

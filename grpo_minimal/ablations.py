@@ -15,9 +15,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .data import problem_key
+from .data import DATA_DIR, problem_key
 from .lm_train import MathConfig, train_math
 from .stats import bootstrap_ci
+
+RESULTS = DATA_DIR.parent / "bench" / "results" / "ablations.json"
+"""Where ``bench/ablations.py`` writes the sweep (committed) and notebook 07 reads it."""
 
 VARIANTS: dict[str, dict] = {
     "default": {},  # G 8 x 8 prompts, scale group, beta 0.04, dapo, 1 iteration, lr 1e-4

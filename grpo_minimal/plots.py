@@ -106,3 +106,31 @@ def plot_history(history: Sequence[dict], path: str | os.PathLike | None = None,
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig
+
+
+def plot_intervals(rows: Sequence[dict], runs: Sequence[dict] = (), ax=None, reference: str = ""):
+    """One line per variant of ``ablations.summarize``: the mean (bar end), its 95% bootstrap
+    interval (whisker) and each seed's value (dots, from ``runs``); the ``reference`` variant's
+    interval is shaded across the plot so that overlaps are easy to read."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1))
+    names = [r["variant"] for r in rows]
+    y = np.arange(len(rows))[::-1]
+    means = np.array([r["accuracy"] for r in rows])
+    low = np.array([r["interval"][0] if r["interval"] else r["accuracy"] for r in rows])
+    high = np.array([r["interval"][1] if r["interval"] else r["accuracy"] for r in rows])
+    ax.errorbar(means, y, xerr=[means - low, high - means], fmt="o", color="C0", capsize=3,
+                label="mean, 95% bootstrap interval")  # fmt: skip
+    for yi, name in zip(y, names, strict=True):
+        seeds = [r["validation_accuracy"] for r in runs if r["variant"] == name]
+        ax.plot(seeds, [yi - 0.2] * len(seeds), "|", color="grey", ms=6)
+    if reference in names:
+        row = rows[names.index(reference)]
+        if row["interval"]:
+            ax.axvspan(*row["interval"], color="C1", alpha=0.15, label=f"{reference}'s interval")
+    ax.set_yticks(y, names)
+    ax.set_xlabel("validation greedy accuracy (grey ticks: seeds)")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+    return ax

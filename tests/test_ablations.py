@@ -1,6 +1,7 @@
 """The ablation sweep's pieces (grpo_minimal/ablations.py): split, budgets, summary."""
 
 import pytest
+import torch
 
 from grpo_minimal.ablations import (
     NOTEBOOK_07,
@@ -12,6 +13,7 @@ from grpo_minimal.ablations import (
     variant_config,
 )
 from grpo_minimal.data import load_math_rows, problem_key
+from grpo_minimal.losses import grpo_loss
 
 
 def test_problem_key_identifies_swapped_twins():
@@ -82,3 +84,34 @@ def test_one_short_run_is_recorded():
     assert record["steps"] == 2 and record["completions"] == 128
     assert record["validation_n"] == len(validation)
     assert 0.0 <= record["validation_accuracy"] <= 1.0
+
+
+def test_scale_only_loss_differences_vanish_under_gradient_clipping():
+    """Notebook 07's finding, by hand: dr_grpo's gradient is dapo's times N / (B * L) (N tokens
+    in the batch, B completions, L = max_completion_length), the same direction; clipped to the
+    same norm they are equal. grpo's per-sequence weights change the direction."""
+    torch.manual_seed(0)
+    B, L = 6, 5
+    lengths = torch.tensor([1, 2, 3, 5, 5, 4])
+    mask = (torch.arange(L) < lengths[:, None]).double()
+    advantages = torch.randn(B, dtype=torch.float64)
+    grads = {}
+    for loss_type in ("dapo", "dr_grpo", "grpo"):
+        logps = torch.randn(B, L, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        logps.requires_grad_(True)
+        loss, _ = grpo_loss(logps, None, None, advantages, mask, beta=0.0, epsilon=0.2,
+                            loss_type=loss_type, max_completion_length=L)  # fmt: skip
+        loss.backward()
+        grads[loss_type] = logps.grad
+    factor = mask.sum() / (B * L)  # 20 tokens / 30
+    torch.testing.assert_close(grads["dr_grpo"], grads["dapo"] * factor, rtol=1e-12, atol=0)
+
+    def clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:
+        return g * min(1.0, max_norm / g.norm().item())
+
+    max_norm = 0.5 * grads["dr_grpo"].norm().item()  # both norms exceed it: both are clipped
+    torch.testing.assert_close(clipped(grads["dr_grpo"], max_norm),
+                               clipped(grads["dapo"], max_norm), rtol=1e-12, atol=1e-15)  # fmt: skip
+    cosine = torch.nn.functional.cosine_similarity(grads["grpo"].flatten(),
+                                                   grads["dapo"].flatten(), dim=0)  # fmt: skip
+    assert cosine < 1 - 1e-3  # unequal lengths: grpo points elsewhere
