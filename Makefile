@@ -35,7 +35,8 @@ bench: setup
 	$(PY) bench/widgets.py
 	$(PY) bench/llm_step.py
 	$(PY) bench/prompt_cache.py
-	$(PY) bench/ablations.py
+	$(PY) bench/ablations.py --completions 12800 --threads 1 --seeds 0 1 2 3 4 --variants notebook07
+	$(PY) bench/how_far.py --seeds 0 1
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/

@@ -6,7 +6,8 @@
 Notebook 07 (section 7) plots the committed curve: how many steps, and sampled completions, the
 default settings need to reach a given validation accuracy, against what 60 s of training on 2
 cores buys. The learning rate decays linearly over ``--steps``, so a longer run is not the
-start of a shorter one followed by more steps: each ``--steps`` is its own run. Validation rows
+start of a shorter one followed by more steps: each ``--steps`` is its own run. Runs already in
+the results file (same overrides, seed and steps) are skipped. Validation rows
 come from the train split as in ``bench/ablations.py``; the test split is never read.
 """
 
@@ -50,7 +51,11 @@ def main() -> None:
     train, validation = validation_split(load_math_rows("arithmetic", "train"), 500)
     out = os.fspath(args.out)
     data = json.load(open(out)) if os.path.isfile(out) else {"runs": []}
-    for seed in tqdm(args.seeds, desc="runs"):
+    done = {(json.dumps(r["overrides"], sort_keys=True), r["seed"], r["max_steps"])
+            for r in data["runs"]}  # fmt: skip
+    todo = [s for s in args.seeds
+            if (json.dumps(overrides, sort_keys=True), s, args.steps) not in done]  # fmt: skip
+    for seed in tqdm(todo, desc="runs"):
         cfg = MathConfig(device="cpu", seed=seed, max_steps=args.steps, eval_every=args.eval_every,
                          eval_n=len(validation), **overrides)  # fmt: skip
         _, history = train_math(cfg, train_rows=train, eval_rows=validation, progress=False)
