@@ -238,6 +238,15 @@ class LMGRPOTrainer:
                                               share_prompts=self.share_prompts)[0])  # fmt: skip
         return torch.cat(parts)
 
+    def advantages(
+        self, rewards: torch.Tensor, rollout: Rollout
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step 3: one advantage per completion (equation (1) or (2), ``scale_rewards``) and the
+        mask of the tokens the loss counts. ``rft.RFTTrainer`` overrides it."""
+        cfg = self.cfg
+        advantages = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
+        return advantages, rollout.completion_mask
+
     def step(self, rows: Sequence[dict]) -> tuple[dict, Rollout]:
         """One GRPO step on ``prompts_per_step`` dataset rows. Returns (metrics, rollout)."""
         cfg, G = self.cfg, self.cfg.num_generations
@@ -249,11 +258,10 @@ class LMGRPOTrainer:
             self.reward_funcs, self.reward_weights, [r["prompt"] for r in rollout.rows],
             rollout.completions, rollout.rows,
         )  # fmt: skip
-        advantages = group_advantages(torch.tensor(rewards), G, cfg.scale_rewards)  # 3
+        advantages, mask = self.advantages(torch.tensor(rewards), rollout)  # 3
         advantages = advantages.to(self.device)
         old_logps = self.fixed_logps(self.model, rollout) if cfg.num_iterations > 1 else None  # 4
         ref_logps = self.fixed_logps(self.reference, rollout) if self.reference else None
-        mask = rollout.completion_mask
         num_items = mask.sum()  # tokens in the whole batch: dapo's normaliser
         self.model.train()
         sums = dict.fromkeys(("loss", "kl", "clip_fraction", "entropy"), 0.0)
@@ -298,7 +306,7 @@ class LMGRPOTrainer:
             **sums,
             "grad_norm": float(grad_norm),
             "learning_rate": self.scheduler.get_last_lr()[0],
-            "completion_length": mask.sum(dim=1).float().mean().item(),
+            "completion_length": rollout.completion_mask.sum(dim=1).float().mean().item(),
             "truncated_fraction": truncated_fraction(rollout.completion_ids, self.eos_ids),
             "sample_s": round(sample_s, 4),
             "step_s": round(step_s, 4),

@@ -218,12 +218,14 @@ def train_math(
     out_dir: str | os.PathLike | None = None,
     progress: bool = True,
     on_step: Callable[[dict], None] | None = None,
+    trainer_cls: type[LMGRPOTrainer] = LMGRPOTrainer,
 ) -> tuple[LMGRPOTrainer, list[dict]]:
     """Train with GRPO; returns the trainer (``.model``) and one metrics dict per step.
 
     Held-out greedy accuracy is measured before the first step and after the last (and every
     ``eval_every`` steps); evaluation time is not counted in ``train_s``. With ``out_dir`` the
     model is saved there (every ``save_every`` steps and at the end) with ``metrics.jsonl``.
+    ``trainer_cls`` swaps the step (``rft.RFTTrainer``: rejection-sampling fine-tuning).
     """
     if model is None or tokenizer is None:
         model, tokenizer = setup(cfg)
@@ -237,7 +239,7 @@ def train_math(
     check_rows(eval_rows, "evaluation", needs_answer=True)
     eval_rows = list(eval_rows)[: cfg.eval_n]
     overlap = check_held_out(train_rows, eval_rows, cfg.allow_eval_overlap)
-    trainer = LMGRPOTrainer(cfg, model, tokenizer, reward_funcs, reward_weights)
+    trainer = trainer_cls(cfg, model, tokenizer, reward_funcs, reward_weights)
     prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in train_rows]
     check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
 
@@ -330,27 +332,41 @@ def evaluate_accuracy(
 
 @torch.no_grad()
 def evaluate_samples(
-    model, tokenizer, rows: Sequence[dict], cfg: MathConfig, samples: int, batch_size: int = 256
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    cfg: MathConfig,
+    samples: int,
+    batch_size: int = 256,
+    ks: Sequence[int] | None = None,
 ) -> dict[str, float]:
     """pass@1, pass@N and maj@N (``sampling_metrics``) of N = ``samples`` completions per row,
-    sampled as in training (``cfg.temperature``, ``cfg.top_p``), averaged over the rows."""
+    sampled as in training (``cfg.temperature``, ``cfg.top_p``), averaged over the rows.
+
+    With ``ks`` (each in 1..N): pass@k (the unbiased estimator, from all N samples) and maj@k
+    (the vote of each row's first k samples) for every k instead.
+    """
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
-    pass_1, pass_n, majority = [], [], []
+    bad = [k for k in ks or () if not (isinstance(k, int) and 1 <= k <= samples)]
+    if bad:
+        raise ValueError(f"ks must be integers in 1..samples={samples}, got {bad}")
+    pass_ks, maj_ks = (sorted({1, samples}), [samples]) if ks is None else (list(ks), list(ks))
+    passes: dict[int, list[float]] = {k: [] for k in pass_ks}
+    votes: dict[int, list[bool]] = {k: [] for k in maj_ks}
     for _, rollout in _completions_of(model, tokenizer, rows, cfg, batch_size, samples):
         correct = accuracy_reward(rollout.completions, [r["answer"] for r in rollout.rows])
         for start in range(0, len(correct), samples):
             c = int(sum(correct[start : start + samples]))
-            pass_1.append(pass_at_k(samples, c, 1))
-            pass_n.append(pass_at_k(samples, c, samples))
-            vote = majority_vote(
-                [extract_value(text) for text in rollout.completions[start : start + samples]]
-            )
-            majority.append(vote is not None and vote == parse_gold(rollout.rows[start]["answer"]))
-    return {
-        "pass@1": statistics.fmean(pass_1),
-        f"pass@{samples}": statistics.fmean(pass_n),
-        f"maj@{samples}": statistics.fmean(majority),
+            values = [extract_value(t) for t in rollout.completions[start : start + samples]]
+            gold = parse_gold(rollout.rows[start]["answer"])
+            for k in pass_ks:
+                passes[k].append(pass_at_k(samples, c, k))
+            for k in maj_ks:
+                vote = majority_vote(values[:k])
+                votes[k].append(vote is not None and vote == gold)
+    return {f"pass@{k}": statistics.fmean(v) for k, v in passes.items()} | {
+        f"maj@{k}": statistics.fmean(v) for k, v in votes.items()
     }
 
 

@@ -30,7 +30,7 @@ def shared_prompt_logits(model, rollout: Rollout) -> torch.Tensor:
     positions = (rollout.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
     out = model(input_ids=rollout.prompt_ids, attention_mask=rollout.prompt_mask,
                 position_ids=positions, use_cache=True, logits_to_keep=1)  # fmt: skip
-    cache = out.past_key_values
+    cache = out["cache"] if "cache" in out else out.past_key_values  # transformers 5 / 4
     cache.batch_repeat_interleave(G)  # gradients flow back through the copies
     first = out.logits[:, -1:].repeat_interleave(G, dim=0)  # predicts completion token 0
     if C == 1:

@@ -103,3 +103,7 @@ def test_near_zero_temperature_sampling_agrees_with_greedy():
     sampled = evaluate_samples(model, tokenizer, rows, cfg, samples=4, batch_size=16)
     assert 0 < greedy < 1  # both right and wrong problems
     assert sampled == {"pass@1": greedy, "pass@4": greedy, "maj@4": greedy}
+    curves = evaluate_samples(model, tokenizer, rows, cfg, samples=4, batch_size=16, ks=[1, 2, 4])
+    assert curves == {f"{m}@{k}": greedy for m in ("pass", "maj") for k in (1, 2, 4)}
+    with pytest.raises(ValueError, match="ks must be integers in 1..samples=4"):
+        evaluate_samples(model, tokenizer, rows, cfg, samples=4, ks=[8])

@@ -1,0 +1,51 @@
+"""Rejection-sampling fine-tuning (RFT; STaR): supervised fine-tuning on the model's own correct
+samples, as one more step for ``train_math`` (``trainer_cls=RFTTrainer``).
+
+Each step samples ``num_generations`` completions per prompt exactly as GRPO does, keeps those
+the verifier accepts (reward >= ``threshold``), and takes one gradient step on their mean
+negative log-likelihood per token:
+
+    L_RFT = - (1 / |T_correct|) * sum over tokens t of correct completions of log pi(o_t | q, o_<t)
+
+STaR (Zelikman et al. 2022) and RFT (Yuan et al. 2023) collect the correct samples first and
+fine-tune afterwards; this online form alternates the two, one batch at a time, so that it can be
+set beside GRPO at an equal budget of sampled completions (notebook 08). Written as GRPO's step,
+it is the policy gradient with advantage 1 for a correct completion, no baseline and no signal at
+all from the wrong ones: ``advantages`` returns A_i = 1 and masks out the tokens of wrong
+completions, and the ``dapo`` aggregation (sum over counted tokens / their number) gives the
+surrogate -A * ratio (ratio 1 with the gradient of log pi, ``num_iterations == 1``) the gradient
+of L_RFT. Its logged value is -1, not L_RFT's: only the gradient is the same.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .lm_grpo import LMGRPOTrainer, Rollout
+
+
+class RFTTrainer(LMGRPOTrainer):
+    """GRPO's trainer with step 3 replaced: keep the correct completions, weight them 1.
+
+    Needs ``beta == 0`` (no reference), ``loss_type == "dapo"`` and ``num_iterations == 1``, so
+    that the loss is exactly L_RFT; the config is refused otherwise.
+    """
+
+    threshold = 1.0  # the accuracy reward is 1 for a correct answer
+
+    def __init__(self, cfg, *args, **kwargs) -> None:
+        wrong = {name: getattr(cfg, name) for name, value in
+                 (("beta", 0.0), ("loss_type", "dapo"), ("num_iterations", 1))
+                 if getattr(cfg, name) != value}  # fmt: skip
+        if wrong:
+            raise ValueError(f"RFTTrainer needs beta=0.0, loss_type='dapo' and num_iterations=1,"
+                             f" got {wrong}")  # fmt: skip
+        super().__init__(cfg, *args, **kwargs)
+
+    def advantages(
+        self, rewards: torch.Tensor, rollout: Rollout
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A_i = 1 for every completion; the mask keeps the tokens of the correct ones only."""
+        correct = (rewards >= self.threshold).to(rollout.completion_mask.device)
+        mask = rollout.completion_mask * correct[:, None].to(rollout.completion_mask.dtype)
+        return torch.ones_like(rewards), mask
