@@ -14,8 +14,9 @@ problem whose swapped twin (``a+b`` / ``b+a``) stays in training; the run trains
 The test split is never read here: choices made from this table (defaults, say) are then
 reported once on the test split, which decided nothing.
 
-Results go to a JSON file (default ``bench/results/ablations.json``) with the machine and date,
-one record per (variant, seed, budget); a rerun skips the runs already there (resumable).
+Results go to a JSON file (default ``bench/results/ablations.json``), one record per (variant,
+seed, budget) with its machine, date and thread count; a rerun skips the runs already there
+(resumable).
 """
 
 from __future__ import annotations
@@ -72,9 +73,11 @@ def main() -> None:
     todo = [(n, s) for n in names for s in args.seeds if (n, s, label) not in done]
     for name, seed in tqdm(todo, desc="ablation runs"):
         record = run_variant(name, seed, train, validation, args.completions, budget_s)
-        data["runs"].append(record | {"threads": torch.get_num_threads()})
-        data["machine"] = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
-        data["date"] = datetime.date.today().isoformat()
+        machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+        today = datetime.date.today().isoformat()
+        data["runs"].append(record | {"threads": torch.get_num_threads(), "machine": machine,
+                                      "date": today})  # fmt: skip
+        data["machine"], data["date"] = machine, today  # the latest run's
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1) + "\n")
