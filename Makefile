@@ -37,6 +37,7 @@ bench: setup
 	$(PY) bench/prompt_cache.py
 	$(PY) bench/ablations.py --completions 12800 --threads 1 --seeds 0 1 2 3 4 --variants notebook07
 	$(PY) bench/how_far.py --seeds 0 1
+	$(PY) bench/r1_pipeline.py
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
