@@ -22,11 +22,6 @@ seed, budget) with its machine, date and thread count; a rerun skips the runs al
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -35,7 +30,9 @@ from grpo_minimal.ablations import (
     NOTEBOOK_07,
     RESULTS,
     VARIANTS,
+    append_result,
     budget_of,
+    load_results,
     run_variant,
     summarize,
     validation_split,
@@ -65,23 +62,14 @@ def main() -> None:
     budget_s = 0.0 if args.completions else args.budget
     label = budget_of({"completions": args.completions, "budget_s": budget_s})
 
-    out = Path(args.out)
-    data = json.loads(out.read_text()) if out.is_file() else {"runs": []}
+    data = load_results(args.out)
     done = {(r["variant"], r["seed"], budget_of(r)) for r in data["runs"]}
     train, validation = validation_split(load_math_rows("arithmetic", "train"), args.validation)
     print(f"{len(train)} training rows, {len(validation)} validation rows; test split unused")
     todo = [(n, s) for n in names for s in args.seeds if (n, s, label) not in done]
     for name, seed in tqdm(todo, desc="ablation runs"):
-        record = run_variant(name, seed, train, validation, args.completions, budget_s)
-        machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
-        today = datetime.date.today().isoformat()
-        data["runs"].append(record | {"threads": torch.get_num_threads(), "machine": machine,
-                                      "date": today})  # fmt: skip
-        data["machine"], data["date"] = machine, today  # the latest run's
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, out)  # a run interrupted later loses nothing already written
+        append_result(args.out, data, run_variant(name, seed, train, validation,
+                                                  args.completions, budget_s))  # fmt: skip
 
     runs = [r for r in data["runs"] if budget_of(r) == label]
     print(f"\nvalidation greedy accuracy after {label} of training: mean over seeds, the seeds'"

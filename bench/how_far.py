@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import ast
-import datetime
 import json
-import os
-import platform
 
 import torch
 from tqdm.auto import tqdm
 
-from grpo_minimal.ablations import RESULTS, validation_split
+from grpo_minimal.ablations import RESULTS, append_result, load_results, validation_split
 from grpo_minimal.data import load_math_rows
 from grpo_minimal.lm_train import MathConfig, train_math
 
@@ -49,8 +46,7 @@ def main() -> None:
             overrides[key] = value  # a plain string, e.g. loss_type=grpo
     torch.set_num_threads(args.threads)
     train, validation = validation_split(load_math_rows("arithmetic", "train"), 500)
-    out = os.fspath(args.out)
-    data = json.load(open(out)) if os.path.isfile(out) else {"runs": []}
+    data = load_results(args.out)
     done = {(json.dumps(r["overrides"], sort_keys=True), r["seed"], r["max_steps"])
             for r in data["runs"]}  # fmt: skip
     todo = [s for s in args.seeds
@@ -63,13 +59,8 @@ def main() -> None:
         curve = [{"step": h["step"], "completions": h["step"] * per_step,
                   "train_s": h["train_s"], "validation_accuracy": h["eval_accuracy"]}
                  for h in history if h.get("eval_accuracy") is not None]  # fmt: skip
-        data["runs"].append({"overrides": overrides, "seed": seed, "max_steps": args.steps,
-                             "threads": args.threads, "curve": curve})  # fmt: skip
-        data["machine"] = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
-        data["date"] = datetime.date.today().isoformat()
-        with open(out + ".tmp", "w") as f:
-            f.write(json.dumps(data, indent=1) + "\n")
-        os.replace(out + ".tmp", out)
+        append_result(args.out, data, {"overrides": overrides, "seed": seed,
+                                       "max_steps": args.steps, "curve": curve})  # fmt: skip
         for point in curve:
             print(f"seed {seed} step {point['step']:5d} ({point['completions']:7d} completions): "
                   f"{point['validation_accuracy']:.1%}")  # fmt: skip

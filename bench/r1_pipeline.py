@@ -15,15 +15,11 @@ decides nothing here; results go to ``bench/results/r1_pipeline.json`` (notebook
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
 
 import torch
 from tqdm.auto import tqdm
 
-from grpo_minimal.ablations import RESULTS
+from grpo_minimal.ablations import RESULTS, append_result, load_results
 from grpo_minimal.data import load_train_eval_rows
 from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.lm_model import load_model
@@ -60,20 +56,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     train, test = load_train_eval_rows("arithmetic", "test", 500)
-    out = os.fspath(args.out)
-    data = json.load(open(out)) if os.path.isfile(out) else {"runs": []}
+    data = load_results(args.out)
     done = {(r["recipe"], r["seed"], r["stage_steps"]) for r in data["runs"]}
     todo = [(recipe, seed) for recipe in STAGES for seed in args.seeds
             if (recipe, seed, args.stage_steps) not in done]  # fmt: skip
     for recipe, seed in tqdm(todo, desc="runs"):
-        record = run(recipe, seed, args.stage_steps, train, test)
-        record |= {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch "
-                              f"{torch.__version__}", "threads": args.threads,
-                   "date": datetime.date.today().isoformat()}  # fmt: skip
-        data["runs"].append(record)
-        with open(out + ".tmp", "w") as f:
-            f.write(json.dumps(data, indent=1) + "\n")
-        os.replace(out + ".tmp", out)
+        record = append_result(args.out, data, run(recipe, seed, args.stage_steps, train, test))
         print(recipe, seed, " -> ".join(f"{a:.1%}" for a in record["accuracy_after_each"]))
 
 

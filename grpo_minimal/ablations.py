@@ -10,10 +10,16 @@ these runs decide (defaults, say) can be reported once on problems that decided 
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
+import platform
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+import torch
 
 from .data import DATA_DIR, problem_key
 from .lm_train import MathConfig, train_math
@@ -21,6 +27,30 @@ from .stats import bootstrap_ci
 
 RESULTS = DATA_DIR.parent / "bench" / "results" / "ablations.json"
 """Where ``bench/ablations.py`` writes the sweep (committed) and notebook 07 reads it."""
+
+
+def load_results(path: str | os.PathLike) -> dict:
+    """A results file of the tiny-model benchmarks (``{"runs": [...]}``), empty if absent."""
+    path = Path(path)
+    return json.loads(path.read_text()) if path.is_file() else {"runs": []}
+
+
+def append_result(path: str | os.PathLike, data: dict, record: dict) -> dict:
+    """Stamp ``record`` with the machine, date and torch threads, append it to ``data["runs"]``
+    (the file's top-level ``machine`` and ``date`` become the latest run's) and rewrite ``path``
+    atomically, so that a sweep interrupted later loses nothing already written."""
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    today = datetime.date.today().isoformat()
+    record = record | {"threads": torch.get_num_threads(), "machine": machine, "date": today}
+    data["runs"].append(record)
+    data["machine"], data["date"] = machine, today
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+    return record
+
 
 VARIANTS: dict[str, dict] = {
     "default": {},  # G 8 x 8 prompts, scale group, beta 0.04, dapo, 1 iteration, lr 1e-4

@@ -6,7 +6,9 @@ import torch
 from grpo_minimal.ablations import (
     NOTEBOOK_07,
     VARIANTS,
+    append_result,
     budget_of,
+    load_results,
     run_variant,
     summarize,
     validation_split,
@@ -115,3 +117,16 @@ def test_scale_only_loss_differences_vanish_under_gradient_clipping():
     cosine = torch.nn.functional.cosine_similarity(grads["grpo"].flatten(),
                                                    grads["dapo"].flatten(), dim=0)  # fmt: skip
     assert cosine < 1 - 1e-3  # unequal lengths: grpo points elsewhere
+
+
+def test_results_are_appended_stamped_and_reloadable(tmp_path):
+    path = tmp_path / "results" / "runs.json"
+    data = load_results(path)
+    assert data == {"runs": []}
+    record = append_result(path, data, {"variant": "default", "seed": 0})
+    again = append_result(path, data, {"variant": "beta0", "seed": 0})
+    saved = load_results(path)
+    assert saved == data and [r["variant"] for r in saved["runs"]] == ["default", "beta0"]
+    assert record["threads"] == torch.get_num_threads() and {"machine", "date"} <= set(record)
+    assert (saved["machine"], saved["date"]) == (again["machine"], again["date"])
+    assert not list(path.parent.glob("*.tmp"))  # written to a temporary file, then moved
