@@ -38,6 +38,7 @@ bench: setup
 	$(PY) bench/ablations.py --completions 12800 --threads 1 --seeds 0 1 2 3 4 --variants notebook07
 	$(PY) bench/how_far.py --seeds 0 1
 	$(PY) bench/r1_pipeline.py
+	$(PY) bench/hedging.py
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/

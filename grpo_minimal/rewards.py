@@ -24,6 +24,7 @@ works unchanged. Completions may be plain strings or TRL's conversational format
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -54,6 +55,7 @@ __all__ = [
     "extract_value",
     "format_reward",
     "is_r1_format",
+    "lenient_accuracy_reward",
     "make_combined_reward",
     "parse_gold",
     "parse_number",
@@ -141,6 +143,22 @@ def accuracy_reward(
         golds.append(parsed[key])
     return [
         _safely(lambda c=c, g=g: _correct(c, g)) for c, g in zip(completions, golds, strict=True)
+    ]
+
+
+def lenient_accuracy_reward(
+    completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any
+) -> list[float]:
+    """A deliberately BAD grader, for showing reward hacking (notebooks 05 and 08): 1.0 if the
+    gold number appears anywhere among the completion's numbers, so a hedge is paid as an answer.
+    Never train a model you mean to use with it."""
+    if len(completions) != len(answer):
+        raise ValueError(
+            f"lenient_accuracy_reward got {len(completions)} completions but {len(answer)} answers"
+        )
+    return [
+        _safely(lambda c=c, g=g: str(g) in re.findall(r"-?\d+", completion_text(c) or ""))
+        for c, g in zip(completions, answer, strict=True)
     ]
 
 

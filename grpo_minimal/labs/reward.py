@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import builtins
 import dis
-import re
 import sys
 import types
 from collections.abc import Callable
@@ -603,12 +602,8 @@ def check_accuracy_reward(fn: Callable, hidden: bool = False) -> None:
 # --- exercise 3: what GRPO does with a hedge ----------------------------------------------------
 
 
-def lenient_accuracy(completions: list[str], answer: list[str], **kwargs: Any) -> list[float]:
-    """A deliberately BAD grader (notebook 05, section 5): 1.0 if the gold appears anywhere."""
-    return [
-        float(gold in re.findall(r"-?\d+", text))
-        for text, gold in zip(completions, answer, strict=True)
-    ]
+lenient_accuracy = package_rewards.lenient_accuracy_reward
+"""A deliberately BAD grader (notebook 05, section 5): 1.0 if the gold appears anywhere."""
 
 
 GROUP = [
