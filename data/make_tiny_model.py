@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing the package
 from grpo_minimal.data import load_arithmetic  # noqa: E402
 from grpo_minimal.rewards import accuracy_reward  # noqa: E402
+from grpo_minimal.sft import sft_batch  # noqa: E402
 
 SEED = 0
 OUT = HERE / "tiny_math_lm"
@@ -100,21 +101,6 @@ def build_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
         do_sample=False,
     )
     return model
-
-
-def sft_batch(tokenizer, rows: list[dict]) -> dict[str, torch.Tensor]:
-    """Right-padded ``prompt + answer + <eos>``; labels are -100 except on answer and <eos>."""
-    prompts = [tokenizer(r["prompt"])["input_ids"] for r in rows]
-    answers = [tokenizer(r["answer"])["input_ids"] + [tokenizer.eos_token_id] for r in rows]
-    length = max(len(p) + len(a) for p, a in zip(prompts, answers, strict=True))
-    ids = torch.full((len(rows), length), tokenizer.pad_token_id)
-    labels = torch.full((len(rows), length), -100)
-    mask = torch.zeros((len(rows), length), dtype=torch.long)
-    for i, (p, a) in enumerate(zip(prompts, answers, strict=True)):
-        ids[i, : len(p) + len(a)] = torch.tensor(p + a)
-        labels[i, len(p) : len(p) + len(a)] = torch.tensor(a)
-        mask[i, : len(p) + len(a)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 @torch.no_grad()
