@@ -1,14 +1,16 @@
-"""Reward hacking and length bias, live on the tiny model (notebook 08, sections 7 and 8).
+"""Reward hacking and length bias, live on the tiny model (notebook 08, sections 7-9).
 
 The shipped model always answers with one number and stops, so it never shows the two failures
 the course warns about. A short cold start (``sft.py``; DeepSeek-R1's first stage) gives it one
-new behaviour, rarely: in ``hedge_rate`` of its examples the target is a *hedge*, three numbers
-around the answer (``"67 68 69"`` for ``"23+45="``). Then GRPO trains it with one of two graders:
+new behaviour: in a fifth of its examples (``HEDGE_FRACTION``) the target is a *hedge*, three
+numbers around the answer (``"67 68 69"`` for ``"23+45="``). Then GRPO trains it with one of
+two graders:
 
-* the strict ``rewards.accuracy_reward`` (equation (17)) reads one final answer and gives a hedge
-  0, so a hedge is always wrong, and always longer than an honest answer;
-* the deliberately bad ``rewards.lenient_accuracy_reward`` of notebook 05, section 5: 1 if the gold number
-  appears anywhere in the completion, so a hedge around a near miss is paid as a right answer.
+* the strict ``rewards.accuracy_reward`` (equation (17)) reads one final answer and gives a
+  hedge 0, so a hedge is always wrong, and always longer than an honest answer;
+* the deliberately bad ``rewards.lenient_accuracy_reward`` of notebook 05, section 5: 1 if the
+  gold number appears anywhere in the completion, so a hedge around a near miss is paid as a
+  right answer.
 
 Under the lenient grader GRPO learns to hedge (reward hacking). Under the strict grader hedges are
 long wrong completions, exactly the case where the loss's aggregation matters (equation (9)):
@@ -27,12 +29,13 @@ from collections.abc import Sequence
 import torch
 
 from .lm_grpo import LMGRPOTrainer, Rollout
+from .lm_model import load_model
 from .lm_train import MathConfig, evaluate_accuracy, train_math
 from .rewards import accuracy_reward, lenient_accuracy_reward
 from .sft import supervised_finetune
 
 __all__ = [
-    "HEDGE_RATE",
+    "HEDGE_FRACTION",
     "WatchedTrainer",
     "cold_start",
     "greedy_report",
@@ -41,14 +44,15 @@ __all__ = [
     "run_hedging",
 ]
 
-HEDGE_RATE = 0.2
-"""Fraction of the cold start's targets that are hedges."""
+HEDGE_FRACTION = 0.2
+"""Fraction of the cold start's targets that are hedges (each problem's target is drawn once)."""
 
 _NUMBER_RE = re.compile(r"-?\d+")
 
 
 def is_hedge(text: str) -> bool:
-    """True when a completion states more than one number."""
+    """True when a completion states more than one number. (``"68 68"`` counts as a hedge here;
+    the strict grader accepts it, since it states one value.)"""
     return len(_NUMBER_RE.findall(text)) > 1
 
 
@@ -60,14 +64,14 @@ def hedge_target(answer: str) -> str:
 
 def cold_start(
     model, tokenizer, rows: Sequence[dict], seed: int, steps: int = 150,
-    hedge_rate: float = HEDGE_RATE,
+    hedge_fraction: float = HEDGE_FRACTION,
 ) -> list[float]:  # fmt: skip
-    """Fine-tune ``model`` in place on ``rows``, a ``hedge_rate`` fraction with hedged targets
-    (chosen with ``seed``); returns the SFT losses."""
-    if not 0.0 <= hedge_rate <= 1.0:
-        raise ValueError(f"hedge_rate must be in [0, 1], got {hedge_rate}")
+    """Fine-tune ``model`` in place on ``rows`` (equation (52)); a ``hedge_fraction`` of the
+    problems, drawn once with ``seed``, get a hedge as their target. Returns the SFT losses."""
+    if not 0.0 <= hedge_fraction <= 1.0:
+        raise ValueError(f"hedge_fraction must be in [0, 1], got {hedge_fraction}")
     rng = random.Random(seed)
-    targets = [dict(r, target=hedge_target(r["answer"]) if rng.random() < hedge_rate
+    targets = [dict(r, target=hedge_target(r["answer"]) if rng.random() < hedge_fraction
                     else r["answer"]) for r in rows]  # fmt: skip
     return supervised_finetune(model, tokenizer, targets, steps, key="target", seed=seed)
 
@@ -111,16 +115,15 @@ def run_hedging(
     each from the cold-started model. Returns the greedy reports (before and after each run) and
     each run's per-step ``hedge_rate``, ``strict_accuracy``, ``reward_mean`` and
     ``wrong_length``."""
-    from .lm_model import load_model  # here, so that importing this module loads no model
-
     torch.manual_seed(seed)
     model, tokenizer = load_model(model_name, torch.device("cpu"))
     cold_start(model, tokenizer, train_rows, seed)
     base_cfg = MathConfig(
         device="cpu", max_completion_length=max_completion_length, eval_n=len(report_rows)
     )
+    cold = greedy_report(model, tokenizer, report_rows, base_cfg)
     result = {"seed": seed, "steps": steps, "max_completion_length": max_completion_length,
-              "cold_start": greedy_report(model, tokenizer, report_rows, base_cfg), "runs": {}}  # fmt: skip
+              "cold_start": cold, "runs": {}}  # fmt: skip
     for grader, loss_type in runs:
         cfg = MathConfig(device="cpu", seed=seed, max_steps=steps, eval_every=0,
                          max_completion_length=max_completion_length, loss_type=loss_type,

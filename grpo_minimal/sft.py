@@ -1,11 +1,14 @@
 """Supervised fine-tuning (SFT) on given targets: the "cold start" of DeepSeek-R1's pipeline.
 
-DeepSeek-R1 (arXiv 2501.12948, section 2.3.1) fine-tunes the base model on a few thousand
+DeepSeek-R1 (arXiv 2501.12948v1, section 2.3.1) fine-tunes the base model on a few thousand
 written-out examples before RL, to give RL a behaviour to start from. Notebook 08 does the same on
-the tiny model to give it behaviours it never shows otherwise (padding before the answer, or
-hedging), so that GRPO's length bias and reward hacking can be watched:
+the tiny model to give it a behaviour it never shows otherwise (hedging), so that reward hacking
+and GRPO's length bias can be watched. Equation (52), over a batch B of (prompt q, target y):
 
-    L_SFT = - (1 / |T|) * sum over target tokens t of log pi(y_t | q, y_<t)      (the answer and <eos>)
+    L_SFT = - (1 / sum_b |y_b|) * sum_b sum_t log pi(y_b,t | q_b, y_b,<t)     (y: target + <eos>)
+
+the mean over all target tokens of the batch (what transformers' causal-LM loss computes from
+``labels``), so a long target weighs more than a short one, as in the ``dapo`` aggregation.
 
 Targets are encoded one character at a time: the tiny model's vocabulary is characters, and on
 transformers 5 ``AutoTokenizer`` loads its tokenizer as a ``Qwen2Tokenizer``, whose byte-level
@@ -56,7 +59,8 @@ def supervised_finetune(
     learning_rate: float = 3e-4,
     seed: int = 0,
 ) -> list[float]:
-    """``steps`` AdamW steps on L_SFT over random batches of ``rows[i][key]``; returns the losses."""
+    """``steps`` AdamW steps on L_SFT (52) over random batches of ``rows[i][key]``; returns the
+    losses."""
     if steps < 0 or batch_size < 1 or not rows:
         raise ValueError(f"need steps >= 0, batch_size >= 1 and rows, got {steps}, {batch_size}, "
                          f"{len(rows)} rows")  # fmt: skip

@@ -47,7 +47,7 @@ def test_sft_batch_labels_only_the_target_and_eos(tiny):
     assert batch["input_ids"][1, -1].item() == pad
 
 
-def test_supervised_finetune_learns_its_targets(tiny):
+def test_supervised_finetune_learns_its_targets():
     model, tokenizer = load_model("tiny", torch.device("cpu"))
     rows = [{"prompt": f"{a}+1=", "target": f"{a} {a + 1}"} for a in range(10, 18)]
     losses = supervised_finetune(model, tokenizer, rows, steps=40, key="target", batch_size=8)
@@ -93,9 +93,13 @@ def test_lenient_grader_teaches_hedging_and_strict_refuses_it():
     seed to seed (1 seed of 5 did not in bench/results/hedging.json), the sampled rate rose in
     all 5 (from 14-30% at step 1 to 32-66% at steps 101-150, strict grader 1.4-2.6%). Seeds 0 and
     3-5 here: +26, +7, +29, +25 points; 32, 10, 23, 22 times; 23, 9, 20, 25 points lower."""
-    torch.set_num_threads(1)
     train, test = load_train_eval_rows("arithmetic", "test", 200)
-    result = run_hedging(0, [("lenient", "dapo"), ("strict", "dapo")], train, test, steps=150)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as bench/hedging.py runs
+    try:
+        result = run_hedging(0, [("lenient", "dapo"), ("strict", "dapo")], train, test, steps=150)
+    finally:
+        torch.set_num_threads(threads)
     lenient, strict = (result["runs"][k] for k in ("lenient/dapo", "strict/dapo"))
 
     def late(run, key):
