@@ -6,11 +6,11 @@ Each seed: a cold start (150 SFT steps, 20% hedged targets) from the shipped mod
 GRPO runs from it, 300 steps of 8 prompts x 8 completions each: the lenient and the strict
 grader, each with the default ``dapo`` aggregation and with ``grpo``. Greedy strict accuracy
 and hedge rate are scored on the arithmetic **test** split (500 problems), which decides
-nothing here. Seeds 10-14 because seeds 0 and 1 (scored on the
-validation split) were used to choose the cold start and the budget. Results go to
-``bench/results/hedging.json`` (notebook 08 reads it). To use both cores, run two processes
-with different ``--seeds`` and ``--out`` files and join their ``runs`` lists: two processes
-appending to one file would each rewrite it from their own copy.
+nothing here. Seeds 10-14 because seeds 0 and 1 (scored on the validation split) were used to
+choose the cold start and the budget. Results go to ``bench/results/hedging.json`` (notebook 08
+reads it). To use both cores, run two processes with different ``--seeds`` and ``--out`` files
+and join their ``runs`` lists: two processes appending to one file would each rewrite it from
+their own copy.
 """
 
 from __future__ import annotations

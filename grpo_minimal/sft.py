@@ -64,13 +64,13 @@ def supervised_finetune(
     if steps < 0 or batch_size < 1 or not rows:
         raise ValueError(f"need steps >= 0, batch_size >= 1 and rows, got {steps}, {batch_size}, "
                          f"{len(rows)} rows")  # fmt: skip
-    rng = random.Random(seed)
+    rng, rows = random.Random(seed), list(rows)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     device = next(model.parameters()).device
     model.train()
     losses = []
     for _ in range(steps):
-        batch = sft_batch(tokenizer, rng.sample(list(rows), min(batch_size, len(rows))), key)
+        batch = sft_batch(tokenizer, rng.sample(rows, min(batch_size, len(rows))), key)
         loss = model(**{k: v.to(device) for k, v in batch.items()}).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
