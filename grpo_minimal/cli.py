@@ -113,6 +113,8 @@ def prepare_evaluate_cartpole(args: argparse.Namespace):
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+    if not Path(args.policy).is_file():
+        raise ValueError(f"--policy: no file {args.policy} (training writes OUT/policy.pt)")
     return load_policy(args.policy)
 
 
@@ -135,11 +137,13 @@ def run_evaluate_cartpole(args: argparse.Namespace, loaded) -> dict:
 
 def _math_config(args: argparse.Namespace, saved: dict | None = None):
     """MathConfig from the flags given; the others come from ``saved`` (a checkpoint's
-    grpo_config.json) or from the defaults of the device (``MathConfig.for_device``)."""
+    grpo_config.json, except its device: the machine evaluating it may have another) or from
+    the defaults of the device (``MathConfig.for_device``)."""
     names = MathConfig.__dataclass_fields__
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
     if saved is not None:
-        return MathConfig(**{**{k: v for k, v in saved.items() if k in names}, **given})
+        kept = {k: v for k, v in saved.items() if k in names and k != "device"}
+        return MathConfig(**{**kept, **given})
     return MathConfig.for_device(given.pop("device", "auto"), **given)
 
 
@@ -212,9 +216,13 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
 
 
 def prepare_evaluate_math(args: argparse.Namespace):
-    """The config (saved with the checkpoint, then flags) and the rows to score."""
+    """The config (saved with the checkpoint, then flags), the rows to score, the model: every
+    input checked before any work."""
+    from transformers import set_seed
+
     from .data import check_held_out, load_eval_rows, load_math_rows
-    from .lm_model import resolve_model_name
+    from .device import pick_device, pick_dtype
+    from .lm_model import check_prompt_lengths, format_prompt, load_model, resolve_model_name
 
     saved_path = Path(resolve_model_name(args.model)) / "grpo_config.json"
     saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
@@ -229,22 +237,22 @@ def prepare_evaluate_math(args: argparse.Namespace):
         trained_on = saved["dataset"]
         train_rows = load_math_rows(trained_on, "train")
         overlap = check_held_out(train_rows, rows, cfg.allow_eval_overlap, f" ({trained_on!r})")
-    return cfg, rows, overlap
+    set_seed(cfg.seed)
+    model, tokenizer = load_model(args.model, pick_device(cfg.device))
+    pick_dtype(next(model.parameters()).device, cfg.dtype)
+    prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in rows]
+    check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
+    return cfg, rows, overlap, model, tokenizer
 
 
 def run_evaluate_math(args: argparse.Namespace, prepared) -> dict:
     """Greedy accuracy of a model (a checkpoint written by ``math``, or any causal LM); with
     ``--samples N`` also pass@1, pass@N and maj@N of N sampled completions per problem."""
     import torch
-    from transformers import set_seed
 
-    from .device import pick_device
-    from .lm_model import load_model
     from .lm_train import evaluate_accuracy, evaluate_samples
 
-    cfg, rows, overlap = prepared
-    set_seed(cfg.seed)
-    model, tokenizer = load_model(args.model, pick_device(cfg.device))
+    cfg, rows, overlap, model, tokenizer = prepared
     with torch.no_grad():
         accuracy, _ = evaluate_accuracy(model, tokenizer, rows, cfg, args.batch_size)
         sampled = {}
@@ -479,10 +487,11 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(_peek_algo(argv))
     args = parser.parse_args(argv)
-    try:  # bad flags, files or data: one clear line, no traceback
+    try:  # bad flags, files, models or data: one clear line, no traceback
         prepared = args.prepare(args)
-    except ValueError as err:
-        parser.exit(2, f"grpo-minimal: error: {err}\n")
+    except (ValueError, OSError, ImportError) as err:
+        message = " ".join(str(err).split()) or type(err).__name__
+        parser.exit(2, f"grpo-minimal: error: {message}\n")
     summary = args.func(args, prepared)  # a bug inside training keeps its traceback
     if summary is None:  # a data-parallel rank other than 0: rank 0 prints
         return 0

@@ -179,6 +179,8 @@ def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
     if name == "gsm8k_sample":
         return load_gsm8k_sample()
     if name.endswith(".jsonl"):
+        if not Path(name).is_file():
+            raise ValueError(f"dataset: no file {name}")
         return load_jsonl(name)
     raise ValueError(
         f"dataset must be 'arithmetic', 'arithmetic_mix', 'gsm8k', 'gsm8k_sample' or a .jsonl "
@@ -215,6 +217,8 @@ def load_eval_rows(dataset: str, eval_split: str, n: int) -> tuple[str, list[dic
     """The evaluation data set's name and its first ``n`` rows: ``eval_split`` of ``dataset``,
     or the file ``eval_split`` when it is a ``.jsonl`` path."""
     held_out = eval_split if eval_split.endswith(".jsonl") else dataset
+    if held_out == eval_split and not Path(eval_split).is_file():
+        raise ValueError(f"eval_split: no file {eval_split}")
     return held_out, load_math_rows(held_out, eval_split)[:n]
 
 

@@ -2,8 +2,12 @@
 
 - ``pick_device("auto")``: CUDA when a GPU is visible, else the CPU.
 - ``pick_dtype(device, "auto")``: the precision of the forward passes. On CUDA, bfloat16 where
-  the card supports it (Ampere and newer: A100, H100, RTX 30xx/40xx), else float16 (a Colab T4,
-  V100); on the CPU, float32.
+  the card computes in it natively (compute capability 8.0 and newer: A100, H100, RTX 30xx/40xx),
+  else float16 with loss scaling (a Colab T4 is 7.5, a V100 7.0); on the CPU, float32. Both
+  backends (``lm_grpo`` and ``trl_bridge``) take the precision from here.
+
+``torch.cuda.is_bf16_supported()`` is not the test: by default (torch 2.13) it also counts
+emulated bfloat16, so it says True on a T4 or V100, where bfloat16 matmuls are emulated and slow.
 
 Weights and optimizer state stay in float32 whatever the choice: bfloat16 / float16 is used
 through ``torch.autocast`` (mixed precision). A pure-bfloat16 model cannot take the small steps
@@ -49,8 +53,14 @@ def pick_dtype(device: torch.device, name: str = "auto") -> torch.dtype:
     if name != "auto":
         return DTYPES[name]
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if native_bf16(device) else torch.float16
     return torch.float32
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether the GPU ``device`` (not the current one) computes in bfloat16 natively: compute
+    capability 8.0 or newer (Ampere). Below that, bfloat16 is emulated."""
+    return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def autocast(device: torch.device, dtype: torch.dtype):

@@ -84,7 +84,10 @@ def seed_everything(seed: int) -> None:
 
 def make_env(env_id: str) -> gym.Env:
     """Make a gymnasium environment and refuse any whose actions are not ``Discrete``."""
-    env = gym.make(env_id)
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as err:  # unknown id, version or namespace; a missing dependency
+        raise ValueError(f"env_id={env_id!r}: {err} (e.g. CartPole-v1, Acrobot-v1)") from None
     if not isinstance(env.action_space, gym.spaces.Discrete):
         env.close()
         raise ValueError(
@@ -146,27 +149,36 @@ class CategoricalPolicy(nn.Module):
 
 
 @torch.no_grad()
-def evaluate_policy(
-    policy: CategoricalPolicy, env_id: str, episodes: int = 100, seed: int = HELD_OUT_SEED
-) -> np.ndarray:
-    """Greedy returns of ``episodes`` episodes, reset with seeds seed, seed+1, ..., all stepped
-    together in one vector environment (an environment whose episode ended keeps stepping into
-    a new one, which is not counted).
-
-    The default start states are the held-out ones (``HELD_OUT_SEED``): training never stops on
-    them, so their mean is a fair report of the trained policy.
-    """
+def greedy_episodes(
+    policy: CategoricalPolicy, env_id: str, episodes: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy returns and lengths (steps) of ``episodes`` episodes, reset with seeds seed,
+    seed+1, ..., all stepped together in one vector environment (an environment whose episode
+    ended keeps stepping into a new one, which is not counted)."""
     envs = make_vector_env(env_id, episodes)
     obs, _ = envs.reset(seed=[seed + i for i in range(episodes)])
     returns = np.zeros(episodes)
+    lengths = np.zeros(episodes, dtype=np.int64)
     running = np.ones(episodes, dtype=bool)
     while running.any():
         actions = policy(torch.as_tensor(obs, dtype=torch.float32)).argmax(dim=-1)
         obs, rewards, terminated, truncated, _ = envs.step(actions.numpy())
         returns += np.where(running, rewards, 0.0)
+        lengths += running
         running &= ~(terminated | truncated)
     envs.close()
-    return returns
+    return returns, lengths
+
+
+def evaluate_policy(
+    policy: CategoricalPolicy, env_id: str, episodes: int = 100, seed: int = HELD_OUT_SEED
+) -> np.ndarray:
+    """Greedy returns of ``episodes`` episodes (``greedy_episodes``).
+
+    The default start states are the held-out ones (``HELD_OUT_SEED``): training never stops on
+    them, so their mean is a fair report of the trained policy.
+    """
+    return greedy_episodes(policy, env_id, episodes, seed)[0]
 
 
 def stopping_check(
@@ -182,18 +194,18 @@ def stopping_check(
 
     Returns ``{"eval_return", "confirm_return" (if run), "solved", "env_steps"}``.
     """
-    screen = evaluate_policy(policy, env_id, min(10, eval_episodes), STOP_SEED)
-    result = {"eval_return": float(screen.mean()), "env_steps": int(screen.sum())}
+    screen, steps = greedy_episodes(policy, env_id, min(10, eval_episodes), STOP_SEED)
+    result = {"eval_return": float(screen.mean()), "env_steps": int(steps.sum())}
     passed = result["eval_return"] >= solve_threshold
     if passed and eval_episodes > 10:
-        full = evaluate_policy(policy, env_id, eval_episodes, STOP_SEED)
+        full, steps = greedy_episodes(policy, env_id, eval_episodes, STOP_SEED)
         result["eval_return"] = float(full.mean())
-        result["env_steps"] += int(full.sum())
+        result["env_steps"] += int(steps.sum())
         passed = result["eval_return"] >= solve_threshold
     if passed:
-        confirm = evaluate_policy(policy, env_id, eval_episodes, CONFIRM_SEED)
+        confirm, steps = greedy_episodes(policy, env_id, eval_episodes, CONFIRM_SEED)
         result["confirm_return"] = float(confirm.mean())
-        result["env_steps"] += int(confirm.sum())
+        result["env_steps"] += int(steps.sum())
         passed = result["confirm_return"] >= solve_threshold
     result["solved"] = passed
     return result

@@ -1,10 +1,11 @@
 """Loading a causal LM and its tokenizer, and the prompts it sees.
 
 ``load_model`` gives a float32 model with dropout off and a tokenizer that pads on the left
-(batched generation continues every row from its last prompt token); ``format_prompt`` turns a
-dataset prompt into the text the model sees (as it is, or a chat prompt asking for a format);
-``eos_token_ids`` lists every token that ends a completion; ``check_prompt_lengths`` refuses
-prompts that leave no room for the completion.
+(batched generation continues every row from its last prompt token); ``load_tokenizer`` loads a
+tokenizer as it was saved; ``format_prompt`` turns a dataset prompt into the text the model sees
+(as it is, or a chat prompt asking for a format); ``eos_token_ids`` lists every token that ends a
+completion; ``check_prompt_lengths`` refuses prompts the model cannot read: characters its
+tokenizer does not know, or too long to leave room for the completion.
 """
 
 from __future__ import annotations
@@ -24,8 +25,27 @@ BOXED_INSTRUCTION = "Please reason step by step, and put your final answer withi
 
 
 def resolve_model_name(name: str) -> str:
-    """``tiny`` is the shipped model folder; anything else is a local folder or a Hub id."""
-    return str(TINY_MODEL) if name == "tiny" else name
+    """``tiny`` is the shipped model folder; anything else is a local folder or a Hub id.
+
+    A name that can only be a local path (it starts with ``.``, ``/`` or ``~``, has more than
+    one ``/``, or its first part is a local folder, as ``data/`` is) must be a folder holding a
+    ``config.json``: a typo is refused at once instead of being looked up on the Hub.
+    """
+    if name == "tiny":
+        return str(TINY_MODEL)
+    path = Path(name).expanduser()
+    slashes = name.count("/")
+    local = name.startswith((".", "/", "~")) or slashes > 1 or (slashes and path.parent.is_dir())
+    if local or path.is_dir():
+        if not (path / "config.json").is_file():
+            what = "holds no config.json" if path.is_dir() else "is not a folder"
+            raise ValueError(
+                f"model: {name!r} {what}; give a model folder (a checkpoint written by "
+                "grpo-minimal math, or save_pretrained), a Hub id such as "
+                "Qwen/Qwen2.5-0.5B-Instruct, or tiny"
+            )
+        return str(path)
+    return name
 
 
 @contextlib.contextmanager
@@ -42,17 +62,39 @@ def quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def load_model(name: str, device: torch.device):
-    """A causal LM (float32 weights, dropout off) and its tokenizer, ready for left padding."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_tokenizer(name: str):
+    """The tokenizer saved with a model, as it was saved, padding on the left.
+
+    Its ``tokenizer.json`` is loaded as it is (``PreTrainedTokenizerFast``), not through
+    ``AutoTokenizer``: transformers 5 lists ``qwen2`` among the model types whose Hub tokenizer
+    class it distrusts (``MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS`` in
+    ``models/auto/tokenization_auto.py``, 5.24) and rebuilds such a tokenizer as Qwen2's
+    byte-level BPE. For the tiny model's one-token-per-character vocabulary that drops spaces
+    (``"1 2"`` -> 2 tokens) and letters (no token at all, instead of ``<unk>``). A model without
+    a ``tokenizer.json`` (a slow tokenizer only) falls back to ``AutoTokenizer``.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     name = resolve_model_name(name)
     with quiet_transformers():
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).to(device)
+        try:
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(name)
+        except (OSError, ValueError):  # no tokenizer.json in the folder or Hub repo
+            tokenizer = AutoTokenizer.from_pretrained(name)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(name: str, device: torch.device):
+    """A causal LM (float32 weights, dropout off) and its tokenizer (``load_tokenizer``)."""
+    from transformers import AutoModelForCausalLM
+
+    name = resolve_model_name(name)
+    tokenizer = load_tokenizer(name)
+    with quiet_transformers():
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).to(device)
     disable_dropout(model)
     return model, tokenizer
 
@@ -107,16 +149,26 @@ def format_prompt(question: str, tokenizer, template: str) -> str:
 
 
 def check_prompt_lengths(prompts: Sequence[str], tokenizer, model, max_new_tokens: int) -> None:
-    """Refuse prompts that leave no room for the completion in the model's context."""
+    """Refuse prompts the model cannot read: too long to leave room for the completion in the
+    model's context, or with characters its tokenizer maps to the unknown token (``<unk>``: the
+    tiny model's vocabulary is the digits, ``+-*=`` and the space)."""
+    # verbose=False: the length is ours to report, in one line
+    encoded = tokenizer(list(prompts), add_special_tokens=False, verbose=False)["input_ids"]
     context = getattr(model.config, "max_position_embeddings", None)
-    if context is None:
-        return
-    lengths = [len(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
-    for index, length in enumerate(lengths):
+    for index, length in enumerate(len(ids) for ids in encoded if context is not None):
         if length + max_new_tokens > context:
             raise ValueError(
                 f"prompt {index} is {length} tokens long; with max_completion_length="
                 f"{max_new_tokens} that exceeds the model's context of {context} tokens "
                 f"(prompt starts {prompts[index][:60]!r}). Shorten the prompt or lower "
                 "max_completion_length."
+            )
+    unk = tokenizer.unk_token_id
+    for index, ids in enumerate(encoded if unk is not None else ()):
+        if unk in ids:
+            unknown = {c for c in prompts[index] if tokenizer.convert_tokens_to_ids(c) == unk}
+            raise ValueError(
+                f"prompt {index} has characters the model's tokenizer does not know: "
+                f"{''.join(sorted(unknown))!r} (prompt starts {prompts[index][:60]!r}); use data the "
+                "model can read (the tiny one reads digits, +-*= and spaces) or another model"
             )

@@ -6,8 +6,10 @@ benchmark, the parity tests and notebook 06 use to run TRL "with the same settin
 
 Settings that differ from TRL's defaults, and why:
 
-- ``bf16=False``: on a CPU, TRL otherwise autocasts to bfloat16 (log-probs then differ from
-  float32 by about 0.03, and a step is several times slower);
+- ``bf16`` / ``fp16`` from ``device.pick_dtype``, the rule our trainer uses: float32 on a CPU
+  (TRL otherwise autocasts to bfloat16 there: log-probs then differ from float32 by about 0.03,
+  and a step is several times slower), bfloat16 on GPUs that compute in it natively, float16
+  with loss scaling on the others (a T4, a V100);
 - ``gradient_checkpointing`` as ours (TRL's default is True), ``lr_scheduler_type`` and
   ``weight_decay`` as ours, no warm-up: the same update rule;
 - ``max_steps = max_steps * num_iterations`` and ``ref_model_sync_steps = ref_update_every *
@@ -16,6 +18,10 @@ Settings that differ from TRL's defaults, and why:
 - ``generation_batch_size = prompts_per_step * num_generations``, split into
   ``gradient_accumulation_steps`` micro-batches: one TRL optimizer step samples and learns from
   the same batch as one of ours.
+
+TRL samples from the chat-formatted prompt (``cfg.prompt_template``); the reward functions see
+the dataset's own prompt (``with_dataset_prompts``), as they do in our trainer. Every setting
+derived here is refused by ``--trl`` (``COURSE_SETTINGS``), so the two can never disagree.
 
 ``train_math_trl`` is ``lm_train.train_math`` on TRL: the same rows, rewards, held-out accuracy,
 ``metrics.jsonl`` and checkpoint, so ``grpo-minimal math --backend trl`` can be launched with
@@ -26,11 +32,14 @@ Needs ``trl`` (in the ``dev`` extra).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import torch
 
 from .lm_train import MathConfig
 
@@ -59,33 +68,24 @@ def per_device_batch_size(cfg: MathConfig, processes: int) -> int:
     return batch // (cfg.gradient_accumulation_steps * processes)
 
 
-# TRL settings that trl_grpo_config derives from a MathConfig (or that train_math_trl needs)
-_MAPPED_FROM_MATH_CONFIG = (
-    "output_dir", "use_cpu", "bf16", "fp16", "seed", "data_seed", "max_steps", "learning_rate",
-    "lr_scheduler_type", "weight_decay", "max_grad_norm", "per_device_train_batch_size",
-    "gradient_accumulation_steps", "generation_batch_size", "steps_per_generation",
-    "activation_checkpointing", "gradient_checkpointing", "num_generations",
-    "max_completion_length", "temperature", "top_p", "beta", "epsilon", "epsilon_high",
-    "loss_type", "scale_rewards", "num_iterations", "use_bias_correction_kl", "sync_ref_model",
-    "ref_model_sync_steps", "logging_steps",
-)  # fmt: skip
+def trl_config_values(cfg: MathConfig, output_dir: str, processes: int | None = None) -> dict:
+    """The TRL ``GRPOConfig`` settings that carry the meaning of ``cfg`` (module docstring), for
+    ``processes`` data-parallel ranks (``world_size()`` unless given).
 
+    Every key here is decided by the course (the ``MathConfig`` or the command line), so
+    ``--trl`` refuses it (``check_trl_overrides``): the two can never disagree.
+    """
+    from .device import pick_device, pick_dtype
+    from .rewards import reward_functions
 
-def trl_grpo_config(cfg: MathConfig, output_dir: str, **overrides):
-    """A ``trl.GRPOConfig`` with the meaning of ``cfg`` (see the module docstring)."""
-    import torch
-    from trl import GRPOConfig as TRLGRPOConfig
-
-    cpu = cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available())
-    auto_gpu = cfg.dtype == "auto" and not cpu
-    bf16 = cfg.dtype == "bfloat16" or (auto_gpu and torch.cuda.is_bf16_supported())
-    fp16 = cfg.dtype == "float16" or (auto_gpu and not bf16)
+    device = pick_device(cfg.device)
+    dtype = pick_dtype(device, cfg.dtype)  # the same precision rule as our trainer
     batch = cfg.prompts_per_step * cfg.num_generations  # completions sampled per step
-    values = dict(
+    return dict(
         output_dir=output_dir,
-        use_cpu=cpu,
-        bf16=bf16,
-        fp16=fp16,
+        use_cpu=device.type == "cpu",
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,  # the Trainer then scales the loss, as grad_scaler does
         seed=cfg.seed,
         data_seed=cfg.seed,
         max_steps=cfg.max_steps * cfg.num_iterations,  # TRL counts optimizer steps
@@ -94,7 +94,7 @@ def trl_grpo_config(cfg: MathConfig, output_dir: str, **overrides):
         warmup_steps=0,
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm > 0 else 1e9,
-        per_device_train_batch_size=per_device_batch_size(cfg, world_size()),
+        per_device_train_batch_size=per_device_batch_size(cfg, processes or world_size()),
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         generation_batch_size=batch,
         activation_checkpointing=cfg.gradient_checkpointing,
@@ -112,16 +112,32 @@ def trl_grpo_config(cfg: MathConfig, output_dir: str, **overrides):
         sync_ref_model=cfg.ref_update_every > 0 and cfg.beta > 0,
         # TRL counts optimizer steps: num_iterations of them per sampled batch
         ref_model_sync_steps=max(cfg.ref_update_every, 1) * cfg.num_iterations,
-        ref_model_mixup_alpha=1.0,
+        ref_model_mixup_alpha=1.0,  # the reference becomes a copy of the policy, as ours
+        reward_weights=reward_functions(format_weight=cfg.format_weight)[1],
         disable_dropout=True,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=10,  # TRL's default; metrics are in trainer.state.log_history
+        logging_steps=cfg.num_iterations,  # one log per sampled batch, as our steps
         disable_tqdm=True,
-        dataloader_num_workers=0,
     )
-    values.update(overrides)
-    return TRLGRPOConfig(**values)
+
+
+# our defaults for TRL settings the course has no name for: --trl may change them
+TRL_ONLY_DEFAULTS = {"report_to": "none", "save_strategy": "no", "dataloader_num_workers": 0}
+
+
+# settings derived above or set from the command line (--no-progress): --trl refuses them
+COURSE_SETTINGS = frozenset(trl_config_values(MathConfig(device="cpu"), "", processes=1)) | {
+    "gradient_checkpointing",  # activation_checkpointing's other name in TRL
+    "steps_per_generation",  # derived by TRL from generation_batch_size
+}
+
+
+def trl_grpo_config(cfg: MathConfig, output_dir: str, **overrides):
+    """A ``trl.GRPOConfig`` with the meaning of ``cfg``; ``overrides`` are TRL-only settings
+    (``use_vllm``, ...), or course settings where a caller replaces one knowingly
+    (``logging_steps``, ``disable_tqdm``, ``reward_weights`` for its own reward functions)."""
+    from trl import GRPOConfig as TRLGRPOConfig
+
+    return TRLGRPOConfig(**{**TRL_ONLY_DEFAULTS, **trl_config_values(cfg, output_dir), **overrides})
 
 
 def make_trl_callbacks(time_budget_s: float = 0.0):
@@ -146,6 +162,21 @@ def make_trl_callbacks(time_budget_s: float = 0.0):
     return StepClock()
 
 
+DATASET_PROMPT = "dataset_prompt"
+"""The column that carries each row's own prompt beside the chat-formatted one TRL samples from."""
+
+
+def with_dataset_prompts(func):
+    """``func`` called with the dataset's prompts, as our trainer calls it (``rewards.
+    score_completions``), not the chat-formatted text TRL's ``prompt`` column holds."""
+
+    @functools.wraps(func)
+    def call(prompts, completions, **kwargs):
+        return func(prompts=kwargs.pop(DATASET_PROMPT, prompts), completions=completions, **kwargs)
+
+    return call
+
+
 def make_trl_trainer(
     cfg: MathConfig,
     model,
@@ -156,24 +187,34 @@ def make_trl_trainer(
     time_budget_s: float = 0.0,
     **overrides,
 ):
-    """A TRL ``GRPOTrainer`` on ``train_rows`` with our settings; returns (trainer, clock)."""
+    """A TRL ``GRPOTrainer`` on ``train_rows`` with our settings; returns (trainer, clock).
+
+    Prompts are formatted with ``cfg.prompt_template`` (TRL samples from that text) and reward
+    functions see the dataset's own prompts, as in ``lm_grpo``. Without ``reward_funcs``: ours
+    (``rewards.reward_functions``, weighted by ``cfg.format_weight``); given ones weigh 1 each.
+    """
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import GRPOTrainer
 
-    from .lm_model import quiet_transformers
+    from .lm_model import format_prompt, quiet_transformers
     from .rewards import reward_functions
 
     if reward_funcs is None:
-        reward_funcs, weights = reward_functions(format_weight=cfg.format_weight)
-        overrides.setdefault("reward_weights", weights)
+        reward_funcs = reward_functions(format_weight=cfg.format_weight)[0]
+    else:
+        overrides.setdefault("reward_weights", None)  # TRL's default: 1 each
+    funcs = [f if isinstance(f, (str, torch.nn.Module)) else with_dataset_prompts(f)
+             for f in reward_funcs]  # fmt: skip
+    rows = [{**row, "prompt": format_prompt(row["prompt"], tokenizer, cfg.prompt_template),
+             DATASET_PROMPT: row["prompt"]} for row in train_rows]  # fmt: skip
     clock = make_trl_callbacks(time_budget_s)
     with quiet_transformers():  # TRL loads a reference model when beta > 0
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=list(reward_funcs),
+            reward_funcs=funcs,
             args=trl_grpo_config(cfg, output_dir, **overrides),
-            train_dataset=Dataset.from_list([dict(r) for r in train_rows]),
+            train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
             callbacks=[clock],
         )
@@ -181,35 +222,40 @@ def make_trl_trainer(
     return trainer, clock
 
 
-def parse_trl_overrides(pairs: Sequence[str]) -> dict:
-    """``["use_vllm=true", "vllm_mode=colocate"]`` -> ``{"use_vllm": True, "vllm_mode": ...}``.
-
-    Only TRL ``GRPOConfig`` fields that ``trl_grpo_config`` does not set from the ``MathConfig``
-    are allowed: a setting the course has a name for is given by that name (``--beta``), so the
-    two can never disagree. Values are JSON (``true``, ``0.3``, ``null``) or else strings.
-    """
+def check_trl_overrides(overrides: dict) -> dict:
+    """Refuse settings that are not TRL ``GRPOConfig`` fields, or that the course decides
+    (``COURSE_SETTINGS``: a setting the course has a name for is given by that name, ``--beta``,
+    so the two can never disagree)."""
     import dataclasses
 
     from trl import GRPOConfig as TRLGRPOConfig
 
     fields = {f.name for f in dataclasses.fields(TRLGRPOConfig)}
-    mapped = set(_MAPPED_FROM_MATH_CONFIG)
+    for key in overrides:
+        if key not in fields:
+            raise ValueError(f"--trl {key}: not a field of TRL's GRPOConfig")
+        if key in COURSE_SETTINGS:
+            raise ValueError(
+                f"--trl {key}: set by grpo-minimal from the MathConfig (or --no-progress); "
+                "use its grpo-minimal flag instead"
+            )
+    return overrides
+
+
+def parse_trl_overrides(pairs: Sequence[str]) -> dict:
+    """``["use_vllm=true", "vllm_mode=colocate"]`` -> ``{"use_vllm": True, "vllm_mode": ...}``,
+    checked by ``check_trl_overrides``. Values are JSON (``true``, ``0.3``, ``null``) or else
+    strings."""
     overrides = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
             raise ValueError(f"--trl takes KEY=VALUE (a TRL GRPOConfig field), got {pair!r}")
-        if key not in fields:
-            raise ValueError(f"--trl {key}: not a field of TRL's GRPOConfig")
-        if key in mapped:
-            raise ValueError(
-                f"--trl {key}: set from the MathConfig; use its grpo-minimal flag instead"
-            )
         try:
             overrides[key] = json.loads(text)
         except json.JSONDecodeError:
             overrides[key] = text
-    return overrides
+    return check_trl_overrides(overrides)
 
 
 # TRL's logged name -> ours (lm_grpo.LMGRPOTrainer.step), for metrics.jsonl and plot_history
@@ -247,21 +293,17 @@ def train_math_trl(
     ``overrides`` are TRL ``GRPOConfig`` settings with no ``MathConfig`` name (``use_vllm``, ...).
     """
     from .data import check_held_out
-    from .lm_model import format_prompt, load_model
+    from .lm_model import load_model
     from .lm_train import evaluate_accuracy, save_checkpoint
 
+    check_trl_overrides(overrides)
     main = is_main_process()
     eval_rows = list(eval_rows)[: cfg.eval_n]
     overlap = check_held_out(train_rows, eval_rows, cfg.allow_eval_overlap)
-    rows = [
-        {**row, "prompt": format_prompt(row["prompt"], tokenizer, cfg.prompt_template)}
-        for row in train_rows
-    ]
     before = evaluate_accuracy(model, tokenizer, eval_rows, cfg)[0] if main else None
     trainer, clock = make_trl_trainer(
-        cfg, model, tokenizer, rows, str(out_dir), time_budget_s=cfg.time_budget_s,
-        logging_steps=cfg.num_iterations,  # one log per sampled batch, as our steps
-        disable_tqdm=not (progress and main), **overrides,
+        cfg, model, tokenizer, train_rows, str(out_dir), time_budget_s=cfg.time_budget_s,
+        **overrides, disable_tqdm=not (progress and main),
     )  # fmt: skip
     trainer.train()
     history = [{"step": 0, "train_s": 0.0, "eval_accuracy": before, "eval_n": len(eval_rows),

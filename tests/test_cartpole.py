@@ -218,10 +218,10 @@ def test_solved_must_hold_on_fresh_start_states(monkeypatch):
     """A pass on the stopping set alone is not "solved": the confirming set must pass too."""
     returns = {STOP_SEED: 500.0, CONFIRM_SEED: 400.0}
 
-    def fake_evaluate(policy, env_id, episodes=100, seed=HELD_OUT_SEED):
-        return np.full(episodes, returns[seed])
+    def fake_greedy(policy, env_id, episodes, seed):  # CartPole: one reward per step
+        return np.full(episodes, returns[seed]), np.full(episodes, int(returns[seed]))
 
-    monkeypatch.setattr(envs, "evaluate_policy", fake_evaluate)
+    monkeypatch.setattr(envs, "greedy_episodes", fake_greedy)
     check = envs.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0)
     assert check == {"eval_return": 500.0, "confirm_return": 400.0, "solved": False,
                      "env_steps": 10 * 500 + 100 * 500 + 100 * 400}  # fmt: skip
@@ -249,3 +249,15 @@ def test_greedy_evaluation_over_a_vector_env_is_one_episode_per_start_state():
     together = evaluate_policy(policy, "CartPole-v1", 12)
     assert len(set(one_by_one)) > 1  # the lengths really differ
     assert together.tolist() == one_by_one
+
+
+def test_evaluation_counts_steps_not_rewards():
+    """Acrobot pays -1 a step: the stopping check's ``env_steps`` is the episodes' length,
+    counted one start state at a time, never the (negative) sum of rewards."""
+    torch.manual_seed(0)
+    policy = CategoricalPolicy(6, 3, 8)
+    check = envs.stopping_check(policy, "Acrobot-v1", 10, solve_threshold=-1e9)  # both sets
+    lengths = [int(run_episodes(policy, [make_env("Acrobot-v1")], [seed], greedy=True).mask.sum())
+               for start in (STOP_SEED, CONFIRM_SEED)
+               for seed in range(start, start + 10)]  # fmt: skip
+    assert check["env_steps"] == sum(lengths) > 0

@@ -101,3 +101,64 @@ def test_input_checks_inside_training_are_one_clear_line_too(capsys):
             main([*argv, "--no-progress", "--out", "/nonexistent/never-written"])
         assert exc.value.code == 2
         assert message in capsys.readouterr().err
+
+
+# Off the default path: every bad input a learner can type ends in one line and exit status 2.
+BAD_INPUTS = [
+    (["math", "--dataset", "no_such_data.jsonl"], "dataset: no file no_such_data.jsonl"),
+    (["math", "--eval-split", "no_such_split.jsonl"], "eval_split: no file no_such_split.jsonl"),
+    (["math", "--model", "data/no_such_model"], "model: 'data/no_such_model' is not a folder"),
+    (["math", "--model", "data"], "holds no config.json"),
+    (["math", "--dataset", "gsm8k_sample", "--allow-eval-overlap", "true"],
+     "exceeds the model's context of 32 tokens"),
+    # FILE: a short prompt with a letter
+    (["math", "--dataset", "FILE", "--allow-eval-overlap", "true"], "does not know: 'a'"),
+    (["math", "--prompt-template", "r1"], "needs a tokenizer with a chat template"),
+    (["math", "--backend", "trl", "--trl", "disable_tqdm=false"], "--trl disable_tqdm: set by"),
+    (["math", "--backend", "trl", "--trl", "reward_weights=[1,0]"], "--trl reward_weights"),
+    (["math", "--backend", "trl", "--trl", "ref_model_mixup_alpha=0.5"], "ref_model_mixup_alpha"),
+    (["math", "--backend", "trl", "--trl", "warmup_steps=10"], "--trl warmup_steps: set by"),
+    (["math", "--backend", "trl", "--trl", "disable_dropout=false"], "--trl disable_dropout"),
+    (["evaluate", "math", "--model", "data/no_such_model"], "is not a folder"),
+    (["evaluate", "math", "--dataset", "no_such_data.jsonl"], "dataset: no file"),
+    (["evaluate", "math", "--eval-split", "no_such_split.jsonl"], "eval_split: no file"),
+    (["evaluate", "math", "--max-completion-length", "100"], "exceeds the model's context"),
+    (["evaluate", "math", "--device", "cuda"], "torch sees no CUDA GPU"),
+    (["cartpole", "--env-id", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0'"),
+    (["evaluate", "cartpole", "--policy", "runs/no_such/policy.pt"], "--policy: no file"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_tour_gives_one_line_and_status_2(argv, message, tmp_path, capfd):
+    """Caught at the file descriptor (capfd): no traceback, no library warning, one line."""
+    import torch
+
+    if "cuda" in argv and torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: --device cuda is valid here")
+    letter = tmp_path / "letter.jsonl"
+    letter.write_text('{"prompt": "1+a=", "answer": "2"}\n')
+    argv = [str(letter) if a == "FILE" else a for a in argv]
+    out = ["--out", str(tmp_path / "never")] if argv[0] in ("math", "cartpole") else []
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, *out])
+    err = capfd.readouterr().err
+    assert exc.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("grpo-minimal: error: "), err
+    assert message in err
+
+
+def test_a_checkpoint_saved_on_a_gpu_evaluates_on_the_cpu(tmp_path, capsys):
+    """The device a checkpoint trained on is not the one evaluating it: its saved ``device``
+    is not reused (a cuda checkpoint used to end in a traceback on a CPU machine)."""
+    import shutil
+
+    from grpo_minimal.lm_model import TINY_MODEL
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(TINY_MODEL, checkpoint)
+    saved = MathConfig().to_dict()
+    saved["device"] = "cuda"
+    (checkpoint / "grpo_config.json").write_text(json.dumps(saved))
+    assert main(["evaluate", "math", "--model", str(checkpoint), "--n", "20"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["n"] == 20

@@ -65,12 +65,40 @@ def test_tiny_model_is_small_offline_and_char_level(tiny):
     model, tokenizer = tiny
     assert model.config.model_type in ("qwen2", "llama")
     assert sum(p.numel() for p in model.parameters()) <= 2_000_000
-    ids = tokenizer("23+45=68")["input_ids"]
-    assert len(ids) == len("23+45=68") and tokenizer.decode(ids) == "23+45=68"
+    for text in ("23+45=68", "12 + 3 =", " 1 2 "):  # spaces are characters too
+        ids = tokenizer(text)["input_ids"]
+        assert len(ids) == len(text) and tokenizer.decode(ids) == text
     assert tokenizer.pad_token_id != tokenizer.eos_token_id
     info = json.loads((TINY_MODEL / "training_info.json").read_text())
     assert 0.3 <= info["test_accuracy"] <= 0.7 and "seed" in info
     assert sum(f.stat().st_size for f in TINY_MODEL.iterdir()) < 8 * 2**20
+
+
+def test_tiny_tokenizer_loads_as_it_was_saved(tiny, tmp_path):
+    """transformers 5 rebuilds a qwen2 tokenizer as byte-level BPE through AutoTokenizer (spaces
+    dropped, letters lost); ``load_tokenizer`` keeps the shipped one-token-per-character one,
+    with ``<unk>`` for characters outside the vocabulary, and a saved checkpoint keeps it."""
+    model, tokenizer = tiny
+    assert tokenizer("1 2")["input_ids"] == tokenizer.convert_tokens_to_ids(["1", " ", "2"])
+    assert tokenizer("1a")["input_ids"] == [tokenizer.convert_tokens_to_ids("1"),
+                                            tokenizer.unk_token_id]  # fmt: skip
+    save_checkpoint(model, tokenizer, tmp_path)
+    _, reloaded = load_model(str(tmp_path), torch.device("cpu"))
+    for text in ("1 2", "12 + 3 =", "1a", "67 68 69"):
+        assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert reloaded.padding_side == "left"
+
+
+def test_a_gsm8k_prompt_is_refused_by_the_tiny_model_in_one_line(tiny):
+    from grpo_minimal.data import load_gsm8k_sample
+
+    model, tokenizer = tiny
+    prompt = load_gsm8k_sample()[0]["prompt"]
+    with pytest.raises(ValueError, match=rf"prompt 0 is {len(prompt)} tokens long") as err:
+        check_prompt_lengths([prompt], tokenizer, model, 5)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="prompt 1 has characters .* does not know: 'bc'"):
+        check_prompt_lengths(["1+2=", "b2=c"], tokenizer, model, 5)
 
 
 # --- step 1: sampling ----------------------------------------------------------------------------
@@ -357,14 +385,23 @@ def test_a_step_refuses_prompts_that_do_not_split_into_micro_batches():
 
 
 def test_a_dataset_smaller_than_a_step_still_fills_the_step():
+    sampled = []  # per step: (rows given, completions sampled, their prompts)
+
+    class CountingTrainer(LMGRPOTrainer):
+        def step(self, rows):
+            record, rollout = super().step(rows)
+            sampled.append((len(rows), rollout.completion_ids.shape[0], rollout.prompts))
+            return record, rollout
+
     _, history = train_math(
         small_cfg(prompts_per_step=4, eval_n=3), train_rows=ROWS[:1], eval_rows=EVAL_ROWS,
-        progress=False,
+        progress=False, trainer_cls=CountingTrainer,
     )  # fmt: skip
     steps = history[1:]
     assert [r["step"] for r in steps] == [1, 2]
-    for r in steps:  # 4 prompts x 4 generations were sampled although the dataset holds one row
-        assert abs(r["completions_per_s"] * r["step_s"] - 16) < 0.5
+    # 4 prompts x 4 generations were sampled although the dataset holds one row
+    assert sampled == [(4, 16, [ROWS[0]["prompt"]] * 16)] * 2
+    for r in steps:
         assert math.isfinite(r["loss"])
 
 

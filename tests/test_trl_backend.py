@@ -100,3 +100,62 @@ def test_trl_overrides_need_the_trl_backend(tmp_path, capsys):
         cli.main(["math", "--trl", "use_vllm=true", "--out", str(tmp_path)])
     assert exited.value.code == 2
     assert "needs --backend trl" in capsys.readouterr().err
+
+
+# --- one precision rule for both backends ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("card", "capability", "dtype"),
+    [("T4", (7, 5), "float16"), ("V100", (7, 0), "float16"), ("A100", (8, 0), "bfloat16"),
+     ("H100", (9, 0), "bfloat16")],
+)  # fmt: skip
+def test_gpu_precision_follows_the_compute_capability(monkeypatch, card, capability, dtype):
+    """A T4 or V100 emulates bfloat16 (``torch.cuda.is_bf16_supported()`` still says True in
+    torch 2.13): it gets float16 with loss scaling, in our trainer and in TRL's alike."""
+    import torch
+
+    from grpo_minimal.device import grad_scaler, pick_dtype
+    from grpo_minimal.trl_bridge import trl_config_values
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # emulation counts
+    monkeypatch.setattr(torch.cuda, "get_device_capability",
+                        lambda device=None: asked.append(device) or capability)  # fmt: skip
+    expected = getattr(torch, dtype)
+    assert pick_dtype(torch.device("cuda", 1)) == expected
+    assert asked == [torch.device("cuda", 1)]  # the device asked for, not the current one
+    assert grad_scaler(torch.device("cpu"), expected).is_enabled() == (dtype == "float16")
+    values = trl_config_values(MathConfig(device="auto"), "out", processes=1)
+    assert (values["use_cpu"], values["bf16"], values["fp16"]) == (
+        False, dtype == "bfloat16", dtype == "float16")  # fmt: skip
+
+
+def test_trl_on_the_cpu_computes_in_float32():
+    from grpo_minimal.trl_bridge import trl_config_values
+
+    values = trl_config_values(MathConfig(device="cpu"), "out", processes=1)
+    assert values["use_cpu"] and not values["bf16"] and not values["fp16"]
+
+
+# --- --trl: TRL-only settings; what the course decides is refused ---------------------------------
+
+
+def test_every_setting_the_course_derives_is_refused_by_trl_overrides():
+    """The refused keys are the keys the mapping writes, not a copy kept by hand."""
+    from grpo_minimal.trl_bridge import COURSE_SETTINGS, trl_config_values
+
+    derived = trl_config_values(MathConfig(device="cpu"), "out", processes=1)
+    assert set(derived) <= COURSE_SETTINGS
+    for key in [*derived, "reward_weights", "disable_tqdm", "gradient_checkpointing"]:
+        if key != "output_dir":  # --out
+            with pytest.raises(ValueError, match=f"--trl {key}: set by grpo-minimal"):
+                parse_trl_overrides([f"{key}=1"])
+
+
+def test_train_math_trl_refuses_a_course_setting_from_python_too(tmp_path):
+    from grpo_minimal.trl_bridge import train_math_trl
+
+    with pytest.raises(ValueError, match="--trl disable_tqdm"):
+        train_math_trl(MathConfig(device="cpu"), None, None, [], [], tmp_path, disable_tqdm=False)
