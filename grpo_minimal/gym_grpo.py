@@ -6,7 +6,8 @@ One update, top to bottom (``train_cartpole``):
    so the group shares its start state, as G completions share one prompt;
 2. roll them out with the current policy, remembering log pi_old(a_t | s_t);
 3. turn per-step rewards into returns-to-go R_t (equation 4) and the returns into advantages,
-   normalised within the group (``step_advantages``);
+   normalised within the group at each step t (equation 2', displayed in notebook 03, section 1;
+   ``step_advantages``);
 4. take ``num_iterations`` clipped gradient steps on the batch (``grpo_loss``), minus an entropy
    bonus, plus beta * k3 KL to a reference policy refreshed every ``ref_update_every`` updates;
 5. when the sampled returns look good, evaluate the greedy policy; stop once solved
@@ -187,8 +188,9 @@ def run_episodes(
 def step_advantages(batch: EpisodeBatch, cfg: CartPoleConfig) -> torch.Tensor:
     """Per-step advantages [N, T] from returns-to-go, normalised within each group of G episodes.
 
-    - ``per_step``: at each time t, (R_t - mean) / std over the group's episodes still running
-      at t. Compares actions taken at the same depth into the episode.
+    - ``per_step`` (the default): at each time t, (R_t - mean) / std over the group's episodes
+      still running at t, equation (2') (notebook 03, section 1: the group advantage (2) taken
+      at each step). Compares actions taken at the same depth into the episode.
     - ``all_steps``: (R_t - mean) / std over all steps of all the group's episodes. Early steps
       have large R_t, so they get positive advantages whatever the action was.
     - ``episode``: the episode's total return, group-normalised (equation 2) and given to every

@@ -2,7 +2,8 @@
 
 With a handful of seeds per method, a difference in medians means little without an interval.
 Notebook 03 and ``bench/ppo_vs_grpo.py`` report every GRPO / PPO ratio with one (equations
-(40)-(41) of notebook 03), and call a comparison "not resolved" when the interval contains 1.
+(40)-(41) of notebook 03). Notebooks 03, 07 and 08, ``bench/`` and the README read every
+comparison with one decision rule, written in ``bootstrap_ci``'s docstring.
 """
 
 from __future__ import annotations
@@ -27,8 +28,13 @@ def bootstrap_ci(
     given. Each sample is resampled with replacement ``resamples`` times, independently (runs of
     two methods are not paired), and the interval is the central ``confidence`` quantile range of
     the resampled estimates (a resampled ratio 0 / 0 is dropped). ``stat`` must accept ``axis``
-    (``np.median``, ``np.mean``, ...). With few seeds (5) such intervals tend to be too narrow:
-    an interval that excludes 1 is a lean, not a proof.
+    (``np.median``, ``np.mean``, ...).
+
+    The course's decision rule: a ratio whose interval contains 1 (for a difference of two
+    statistics, 0) is "not resolved" with these seeds; one whose interval lies wholly above or
+    below 1 is resolved in that direction ("higher" / "lower"). Whether the two methods' own
+    intervals overlap decides nothing. With few seeds (5) percentile intervals tend to be too
+    narrow, so "resolved" is evidence at that number of seeds, not a proof.
     """
     if len(values) == 0 or (baseline is not None and len(baseline) == 0):
         raise ValueError("bootstrap_ci needs at least one value in values and in baseline")
