@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # vLLM colocate mode: each training process also runs a vLLM engine on its own GPU for the
 # generations (the slowest part of a GRPO step), sharing the memory with training.
-# Written for: 1 node x 8 NVIDIA H100 80GB, Qwen2.5-1.5B-Instruct with ZeRO-2; needs
-# `pip install vllm` (a CUDA build). Not run here (no GPU, no vLLM); tests/test_recipes.py checks
-# the config and the batch split. vllm_gpu_memory_utilization is vLLM's share of each GPU.
+# Written for: 1 node x 8 NVIDIA H100 80GB, Qwen2.5-1.5B-Instruct with ZeRO-2. Not run here (no
+# GPU, no vLLM); tests/test_recipes.py checks the config and the batch split.
+# vllm_gpu_memory_utilization is vLLM's share of each GPU.
+# Install: pip install -e ".[gpu]" "trl[vllm]"
 set -euo pipefail
 accelerate launch --config_file recipes/accelerate/zero2.yaml -m grpo_minimal math --backend trl \
     --model Qwen/Qwen2.5-1.5B-Instruct --dataset gsm8k --prompt-template r1 --format-weight 0.2 \

@@ -3,6 +3,7 @@
 # sharded over 8 GPUs. Written for: 1 node x 8 NVIDIA H100 80GB. Not run here (no GPU);
 # tests/test_recipes.py loads the accelerate config and checks the batch split.
 # Per step: 16 prompts x 8 completions = 128 = 8 GPUs x 2 micro-batches x 8.
+# Install: pip install -e ".[gpu]"
 set -euo pipefail
 accelerate launch --config_file recipes/accelerate/zero2.yaml -m grpo_minimal math --backend trl \
     --model Qwen/Qwen2.5-1.5B-Instruct --dataset gsm8k --prompt-template r1 --format-weight 0.2 \

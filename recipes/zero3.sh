@@ -4,6 +4,7 @@
 # accelerate config and checks the batch split. Each rank first loads the model whole in float32
 # (about 30 GB for 7B) before DeepSpeed shards it: on smaller GPUs, start from a smaller model.
 # Per step: 16 prompts x 8 completions = 128 = 8 GPUs x 4 micro-batches x 4.
+# Install: pip install -e ".[gpu]"
 set -euo pipefail
 accelerate launch --config_file recipes/accelerate/zero3.yaml -m grpo_minimal math --backend trl \
     --model Qwen/Qwen2.5-7B-Instruct --dataset gsm8k --prompt-template r1 --format-weight 0.2 \
