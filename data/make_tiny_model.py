@@ -20,9 +20,12 @@ What it does, top to bottom:
 
 Loading it needs no network::
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
     model = AutoModelForCausalLM.from_pretrained("data/tiny_math_lm")
-    tokenizer = AutoTokenizer.from_pretrained("data/tiny_math_lm")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained("data/tiny_math_lm")
+
+(not ``AutoTokenizer``, which rebuilds a qwen2 model's tokenizer as byte-level BPE: see
+``grpo_minimal.lm_model.load_tokenizer``)
 
 The numbers are the same on every run on the same machine (same torch, same thread count);
 another machine may land on a slightly different stopping step. ``data/TINY_MODEL.md`` records

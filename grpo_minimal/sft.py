@@ -10,9 +10,8 @@ and GRPO's length bias can be watched. Equation (52), over a batch B of (prompt 
 the mean over all target tokens of the batch (what transformers' causal-LM loss computes from
 ``labels``), so a long target weighs more than a short one, as in the ``dapo`` aggregation.
 
-Targets are encoded one character at a time: the tiny model's vocabulary is characters, and on
-transformers 5 ``AutoTokenizer`` loads its tokenizer as a ``Qwen2Tokenizer``, whose byte-level
-pre-tokenizer drops the spaces a hedge ("67 68 69") needs.
+Targets are encoded one character at a time (the tiny model's vocabulary is characters), and a
+character outside the vocabulary is an error naming it rather than a silent ``<unk>``.
 """
 
 from __future__ import annotations
