@@ -14,9 +14,11 @@ divide by the group std and write no eps. (1), without the std, is Dr. GRPO's ch
 2025, arXiv:2503.20783, section 3.1). (3) is RLOO (Kool et al. 2019; Ahmadian et al. 2024,
 arXiv:2402.14740).
 
-`std` is the unbiased (sample, G-1) standard deviation and eps = 1e-4, as in TRL 1.16
+`std` is the sample (Bessel-corrected, G-1) standard deviation and eps = 1e-4, as in TRL 1.16
 (trl/trainer/grpo_trainer.py lines 2765-2787; its `nanstd`, trl/trainer/utils.py lines 1037-1043,
-applies Bessel's correction count / (count - 1)). The papers do not say which std they use.
+applies Bessel's correction count / (count - 1)). Dividing by G-1 makes the variance unbiased;
+its square root is not an unbiased estimator of sigma (it is biased low), so "sample std", not
+"unbiased std". The papers do not say which std they use.
 """
 
 from __future__ import annotations
@@ -50,10 +52,10 @@ def group_advantages(
     """Group-relative advantages, equations (1) and (2), with TRL's semantics.
 
     The baseline is always the mean of the group. The scale is chosen by ``scale_rewards``:
-    ``"group"`` divides by each group's unbiased std (GRPO, as in DeepSeekMath and in the
-    DeepSeek-R1 paper's eq. 3), ``"batch"`` by the std of the whole batch, ``"none"`` does not
-    divide (mean-centring only, equation (1), as in Dr. GRPO). A group whose rewards are all
-    equal gets advantages 0 (0 / (0 + eps)), never NaN.
+    ``"group"`` divides by each group's sample (Bessel-corrected) std (GRPO, as in DeepSeekMath
+    and in the DeepSeek-R1 paper's eq. 3), ``"batch"`` by the std of the whole batch, ``"none"``
+    does not divide (mean-centring only, equation (1), as in Dr. GRPO). A group whose rewards
+    are all equal gets advantages 0 (0 / (0 + eps)), never NaN.
 
     A NaN reward means "could not be scored" (every reward function returned None for that
     output): it is left out of its group's mean and std (and of the batch std) and gets
@@ -84,8 +86,8 @@ def population_std_advantages(rewards: torch.Tensor, num_generations: int, eps: 
     """Equation (2) with the population std (divide by G, not G-1): for comparison only.
 
     Some write-ups use it (the course's seed review of GRPO works "15 + 27" with it: std 0.43,
-    advantages +0.58 / -1.74); TRL and this course use the unbiased std. Up to eps the two differ
-    by a factor sqrt(G / (G-1)): sqrt(4/3) = 1.155 for G=4.
+    advantages +0.58 / -1.74); TRL and this course use the sample (Bessel-corrected) std. Up to
+    eps the two differ by a factor sqrt(G / (G-1)): sqrt(4/3) = 1.155 for G=4.
     """
     grouped = _grouped(rewards.float(), num_generations)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
@@ -115,8 +117,9 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
 def masked_mean_std(
     values: torch.Tensor, mask: torch.Tensor, dim: int | tuple[int, ...] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mean, unbiased std and count of ``values`` where ``mask`` is 1, along ``dim`` (kept).
+    """Mean, sample std and count of ``values`` where ``mask`` is 1, along ``dim`` (kept).
 
+    The std is the sample (Bessel-corrected) one: squared deviations summed over count - 1.
     ``dim=None`` pools every entry. With fewer than two valid entries the std is 0.
     """
     mask = mask.to(values.dtype)

@@ -56,7 +56,7 @@ DPI = 72  # figure resolution in the widget; the render is most of an update's t
 
 # the advantage formulas the advantage explorer offers: label -> function of (rewards, G)
 ADVANTAGE_METHODS: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
-    "GRPO (2), unbiased std (TRL)": lambda r, g: group_advantages(r, g, scale_rewards="group"),
+    "GRPO (2), sample std (TRL)": lambda r, g: group_advantages(r, g, scale_rewards="group"),
     "GRPO (2), population std": lambda r, g: population_std_advantages(r, g),
     "mean-only (1), scale_rewards='none'": lambda r, g: group_advantages(
         r, g, scale_rewards="none"
@@ -276,7 +276,7 @@ class AdvantageExplorer(Explorer):
                 "(GRPO: 0 / (0 + &epsilon;), never NaN). This group gives no gradient.</div>"
             )
         self.readout.value = (
-            f"<div>G = {g} &nbsp; mean(r) = {mean:.3f} &nbsp; std(r) = {std:.3f} (unbiased, "
+            f"<div>G = {g} &nbsp; mean(r) = {mean:.3f} &nbsp; std(r) = {std:.3f} (sample, "
             f"G&minus;1) &nbsp; population std = {population_std:.3f}</div>"
             f'<div class="grpo-advantages" style="font-family:monospace">A = '
             f"{_fmt(advantages.tolist())}</div>{why}"
@@ -285,12 +285,13 @@ class AdvantageExplorer(Explorer):
 
 def advantage_explorer(
     rewards: Sequence[float] = (1.0, 1.0, 0.0, 1.0),
-    method: str = "GRPO (2), unbiased std (TRL)",
+    method: str = "GRPO (2), sample std (TRL)",
 ) -> AdvantageExplorer:
     """Sliders for a group of G rewards (G from 2 to 16); bars of their advantages.
 
-    ``method`` picks the formula (a key of ``ADVANTAGE_METHODS``): GRPO with the unbiased std
-    (equation (2), TRL), with the population std, mean-only (equation (1)) or RLOO (equation (3)).
+    ``method`` picks the formula (a key of ``ADVANTAGE_METHODS``): GRPO with the sample
+    (Bessel-corrected) std (equation (2), TRL), with the population std, mean-only (equation (1))
+    or RLOO (equation (3)).
     The readout prints the group mean and both stds; a zero-variance group shows zeros and why.
     """
     return AdvantageExplorer(rewards, method)

@@ -39,7 +39,7 @@ TEXT_TOLERANCE = 5e-4 + 1e-6
 
 # the four formulas of the advantage explorer, written against the core directly
 CORE_ADVANTAGES = {
-    "GRPO (2), unbiased std (TRL)": lambda r, g: group_advantages(r, g, scale_rewards="group"),
+    "GRPO (2), sample std (TRL)": lambda r, g: group_advantages(r, g, scale_rewards="group"),
     "GRPO (2), population std": population_std_advantages,
     "mean-only (1), scale_rewards='none'": lambda r, g: group_advantages(r, g, "none"),
     "RLOO (3)": rloo_advantages,
@@ -122,7 +122,7 @@ def test_advantage_explorer_shows_the_core_advantages_of_the_worked_example():
     assert visible_heights(explorer.advantage_bars) == pytest.approx(expected.tolist(), abs=1e-6)
     assert visible_heights(explorer.reward_bars) == [1.0, 1.0, 0.0, 1.0]
     assert "mean(r) = 0.750" in explorer.readout.value
-    assert "std(r) = 0.500" in explorer.readout.value  # unbiased, as TRL
+    assert "std(r) = 0.500 (sample, G&minus;1)" in explorer.readout.value  # as TRL
     assert "population std = 0.433" in explorer.readout.value
     assert bytes(explorer.image.value[:4]) == b"\x89PNG"
     assert explorer.mean_line.get_ydata()[0] == pytest.approx(0.75)
