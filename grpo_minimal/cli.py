@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import sys
 from pathlib import Path
 
@@ -30,6 +31,14 @@ from .envs import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW
 from .gym_grpo import CartPoleConfig
 from .lm_train import MathConfig
 from .ppo import PPOConfig
+
+
+class Parser(HfArgumentParser):
+    """An argument parser whose errors are one line (the error and where to read more) instead of
+    argparse's usage block followed by the error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def add_config_command(commands, name: str, cls: type, **kwargs) -> HfArgumentParser:
@@ -44,11 +53,22 @@ def config_from_args(cls: type, args: argparse.Namespace):
     return cls(**{k: v for k, v in vars(args).items() if k in cls.__dataclass_fields__})
 
 
+def check_out(out: str) -> None:
+    """``--out`` must be a folder, or a path where one can be made."""
+    path = Path(out)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ValueError(f"--out: {existing} is a file, not a folder")
+    if existing is not None and not os.access(existing, os.W_OK):
+        raise ValueError(f"--out: cannot write in {existing}")
+
+
 def prepare_cartpole(args: argparse.Namespace):
     """The config, validated, and a check that the environment is one the trainer can use."""
     from .envs import make_env
     from .gym_grpo import episode_limit
 
+    check_out(args.out)
     cfg = config_from_args(PPOConfig if args.algo == "ppo" else CartPoleConfig, args)
     env = make_env(cfg.env_id)
     try:
@@ -115,7 +135,13 @@ def prepare_evaluate_cartpole(args: argparse.Namespace):
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     if not Path(args.policy).is_file():
         raise ValueError(f"--policy: no file {args.policy} (training writes OUT/policy.pt)")
-    return load_policy(args.policy)
+    try:
+        return load_policy(args.policy)
+    except (RuntimeError, KeyError, TypeError, EOFError, pickle.UnpicklingError) as err:
+        raise ValueError(
+            f"--policy: {args.policy} is not a policy written by `grpo-minimal cartpole` "
+            f"(torch.load: {type(err).__name__})"
+        ) from None
 
 
 def run_evaluate_cartpole(args: argparse.Namespace, loaded) -> dict:
@@ -155,6 +181,7 @@ def prepare_math(args: argparse.Namespace):
     from .lm_train import setup
 
     cfg = _math_config(args)
+    check_out(args.out)
     if args.backend == "grpo_minimal" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError(
             "backend grpo_minimal runs in one process; launched by torchrun with several, "
@@ -332,10 +359,10 @@ def run_lab_build(args: argparse.Namespace, _: None) -> dict:
 
 
 def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="grpo-minimal", description="GRPO, from CartPole to math-reward LLM training."
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=HfArgumentParser)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     cartpole = add_config_command(
         commands, "cartpole", PPOConfig if algo == "ppo" else CartPoleConfig,

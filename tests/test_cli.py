@@ -126,6 +126,13 @@ BAD_INPUTS = [
     (["evaluate", "math", "--device", "cuda"], "torch sees no CUDA GPU"),
     (["cartpole", "--env-id", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0'"),
     (["evaluate", "cartpole", "--policy", "runs/no_such/policy.pt"], "--policy: no file"),
+    (["evaluate", "cartpole", "--policy", "FILE"], "is not a policy written by"),
+    (["cartpole", "--out", "FILE"], "is a file, not a folder"),
+    (["math", "--out", "FILE"], "is a file, not a folder"),
+    (["cartpole", "--gamma", "abc"], "invalid float value: 'abc'"),
+    (["cartpole", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["math", "--allow-eval-overlap", "maybe"], "Truthy value expected"),
+    (["evaluate", "nothing"], "invalid choice: 'nothing'"),
 ]
 
 
@@ -139,12 +146,13 @@ def test_bad_input_tour_gives_one_line_and_status_2(argv, message, tmp_path, cap
     letter = tmp_path / "letter.jsonl"
     letter.write_text('{"prompt": "1+a=", "answer": "2"}\n')
     argv = [str(letter) if a == "FILE" else a for a in argv]
-    out = ["--out", str(tmp_path / "never")] if argv[0] in ("math", "cartpole") else []
+    needs_out = argv[0] in ("math", "cartpole") and "--out" not in argv
+    out = ["--out", str(tmp_path / "never")] if needs_out else []
     with pytest.raises(SystemExit) as exc:
         main([*argv, *out])
     err = capfd.readouterr().err
     assert exc.value.code == 2
-    assert err.count("\n") == 1 and err.startswith("grpo-minimal: error: "), err
+    assert err.count("\n") == 1 and err.startswith("grpo-minimal") and ": error: " in err, err
     assert message in err
 
 

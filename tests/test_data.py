@@ -140,7 +140,7 @@ def test_load_math_dataset_names():
         load_math_dataset("mnist")
     with pytest.raises(ValueError, match="split must be one of"):
         load_arithmetic("validation")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="dataset: no file missing.jsonl"):
         load_math_dataset(str(Path("missing.jsonl")))
 
 
