@@ -79,7 +79,7 @@ def load_tokenizer(name: str):
     with quiet_transformers():
         try:
             tokenizer = PreTrainedTokenizerFast.from_pretrained(name)
-        except (OSError, ValueError):  # no tokenizer.json in the folder or Hub repo
+        except ValueError:  # no tokenizer.json (a slow tokenizer only): let transformers convert it
             tokenizer = AutoTokenizer.from_pretrained(name)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
