@@ -286,12 +286,17 @@ def train_math_trl(
 ) -> tuple[object, list[dict]]:
     """``lm_train.train_math`` on TRL's ``GRPOTrainer``: returns (trainer, history).
 
-    Held-out greedy accuracy before the first step and after the last, one ``metrics.jsonl``
-    record per sampled batch (TRL's names mapped to ours by ``TRL_METRIC_NAMES``) and an atomic
-    checkpoint with ``grpo_config.json``, all written by rank 0 only. Under ``torchrun`` every
+    Held-out greedy accuracy before the first step and after the last (and every ``eval_every``
+    steps), one ``metrics.jsonl`` record per sampled batch (TRL's names mapped to ours by
+    ``TRL_METRIC_NAMES``) and an atomic checkpoint with ``grpo_config.json`` (also every
+    ``save_every`` steps), all written by rank 0 only. The evaluations during training run on
+    rank 0's own model: right in one process and under DDP; under ZeRO-3 or FSDP, whose ranks
+    hold shards, set ``eval_every=0`` (the final accuracy is measured on the saved checkpoint). Under ``torchrun`` every
     rank trains on its share of each batch (DDP: gradients averaged across ranks).
     ``overrides`` are TRL ``GRPOConfig`` settings with no ``MathConfig`` name (``use_vllm``, ...).
     """
+    from transformers import TrainerCallback
+
     from .data import check_held_out
     from .lm_model import load_model
     from .lm_train import evaluate_accuracy, save_checkpoint
@@ -305,6 +310,25 @@ def train_math_trl(
         cfg, model, tokenizer, train_rows, str(out_dir), time_budget_s=cfg.time_budget_s,
         **overrides, disable_tqdm=not (progress and main),
     )  # fmt: skip
+    evals: dict[int, float] = {}
+
+    class EveryFewSteps(TrainerCallback):
+        """``eval_every`` and ``save_every``, in our steps (TRL takes ``num_iterations``
+        optimizer steps per sampled batch); the last step's are done after training. Runs after
+        the step clock, so evaluation and saving are not training time."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step, rest = divmod(state.global_step, cfg.num_iterations)
+            if rest or step >= cfg.max_steps or control.should_training_stop:
+                return
+            if cfg.save_every and step % cfg.save_every == 0:  # every rank gathers its shards
+                state_dict = trainer.accelerator.get_state_dict(trainer.model_wrapped)
+                if main:
+                    save_checkpoint(trainer.model, tokenizer, out_dir, cfg.to_dict(), state_dict)
+            if cfg.eval_every and step % cfg.eval_every == 0 and main:
+                evals[step] = evaluate_accuracy(trainer.model, tokenizer, eval_rows, cfg)[0]
+
+    trainer.add_callback(EveryFewSteps())
     trainer.train()
     history = [{"step": 0, "train_s": 0.0, "eval_accuracy": before, "eval_n": len(eval_rows),
                 "eval_overlap": overlap}]  # fmt: skip
@@ -317,6 +341,8 @@ def train_math_trl(
             {ours: entry[name] for name, ours in TRL_METRIC_NAMES.items() if name in entry}
         )
         record["train_s"] = round(sum(clock.step_s[:optimizer_steps]), 3)
+        if record["step"] in evals:
+            record["eval_accuracy"] = evals[record["step"]]
         history.append(record)
     # Every rank takes part: ZeRO-3 and FSDP gather their shards into one full state dict here.
     state = trainer.accelerator.get_state_dict(trainer.model_wrapped)

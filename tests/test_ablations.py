@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from grpo_minimal import ablations
 from grpo_minimal.ablations import (
     NOTEBOOK_07,
     VARIANTS,
@@ -15,7 +16,9 @@ from grpo_minimal.ablations import (
     variant_config,
 )
 from grpo_minimal.data import load_math_rows, problem_key
+from grpo_minimal.lm_model import load_model
 from grpo_minimal.losses import grpo_loss
+from grpo_minimal.rewards import accuracy_reward
 
 
 def test_problem_key_identifies_swapped_twins():
@@ -79,13 +82,43 @@ def test_summary_by_hand():
     assert budget_of({"budget_s": 60.0}) == "60 s"
 
 
-def test_one_short_run_is_recorded():
+def greedy_accuracy(model, tokenizer, rows) -> float:
+    """Held-out accuracy computed here, not by the package's evaluation: one batched greedy
+    ``generate`` over all rows, each completion graded against its row's answer."""
+    enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True,
+                    add_special_tokens=False)  # fmt: skip
+    with torch.no_grad():
+        out = model.generate(**enc, do_sample=False, max_new_tokens=5,
+                             pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return sum(accuracy_reward(texts, [r["answer"] for r in rows])) / len(rows)
+
+
+def test_one_short_run_is_recorded(monkeypatch):
+    """The record's accuracies are the greedy accuracies of the shipped model (before) and of the
+    model the run trained (after) on all the validation rows, each recomputed here."""
     rows = load_math_rows("arithmetic", "train")
     train, validation = validation_split(rows, 40)
-    record = run_variant("G4_P16", 0, train, validation, completions=128)
+    trained, train_math = [], ablations.train_math
+
+    def keep_model(*args, **kwargs):  # the same training, keeping the trained model
+        trainer, history = train_math(*args, **kwargs)
+        trained.append(trainer.model)
+        return trainer, history
+
+    monkeypatch.setattr("grpo_minimal.ablations.train_math", keep_model)
+    # lr3e-4's step, so that the trained model's accuracy differs from the shipped one's
+    record = run_variant("G4_P16", 0, train, validation, completions=128, learning_rate=3e-4)
     assert record["steps"] == 2 and record["completions"] == 128
+    assert record["overrides"] == {"num_generations": 4, "prompts_per_step": 16,
+                                   "learning_rate": 3e-4}  # fmt: skip
     assert record["validation_n"] == len(validation)
-    assert 0.0 <= record["validation_accuracy"] <= 1.0
+    shipped, tokenizer = load_model("tiny", torch.device("cpu"))
+    before = greedy_accuracy(shipped, tokenizer, validation)
+    after = greedy_accuracy(trained[0], tokenizer, validation)
+    assert before != after  # so that the two checks below cannot be swapped
+    assert record["validation_before"] == pytest.approx(before, abs=1e-12)
+    assert record["validation_accuracy"] == pytest.approx(after, abs=1e-12)
 
 
 def test_scale_only_loss_differences_vanish_under_gradient_clipping():

@@ -85,27 +85,48 @@ def test_length_bias_of_the_aggregation(loss_type, ratio):
 
 
 def test_lenient_grader_teaches_hedging_and_strict_refuses_it():
-    """The headline of notebook 08, section 8, on a small budget (150 steps from the same cold
-    start). Sampled completions, steps 101-150: the lenient grader's hedge rate is higher than at
-    step 1 by at least 3 points and at least 4 times the strict grader's, and its strict
-    accuracy at least 5 points lower; the strict grader's greedy hedge rate ends below 2%.
-    Sampled rates, not greedy ones: whether the greedy answer tips over to a hedge differs from
-    seed to seed (1 seed of 5 did not in bench/results/hedging.json), the sampled rate rose in
-    all 5 (from 14-30% at step 1 to 32-66% at steps 101-150, strict grader 1.4-2.6%). Seeds 0 and
-    3-5 here: +26, +7, +29, +25 points; 32, 10, 23, 22 times; 23, 9, 20, 25 points lower."""
+    """The headline of notebook 08, section 8, on a small budget: 150 GRPO steps (64 sampled
+    completions each) from one cold start, once with each grader.
+
+    Certain by construction, on any seed, thread count or CPU: each run is scored by its own
+    grader. The strict run's reward is its strict accuracy at every step; the lenient run pays
+    completions that the strict grader does not (its hedges around the answer).
+
+    Certain in direction, from the graders: a hedge of different numbers always scores 0 under
+    the strict grader (the lowest reward, so its advantage is never positive) and 1 under the
+    lenient one whenever the answer is among its numbers. So strict training drives sampled
+    hedges down and lenient training drives them up. The thresholds are on 50- and 10-step
+    windows (not one step's 64 samples) and sit well inside what seeds 0-13 gave (every one
+    passes; the range in brackets; seed 0 on two threads repeats its one-thread run exactly):
+    - strict run, steps 101-150: hedge rate below 5% (1.0-2.3%) and below half of its rate over
+      steps 1-10 (2.9-7.1 times lower);
+    - lenient run, steps 101-150: hedge rate at least 5 times the strict run's (10-37 times)
+      and 3 points above its own over steps 1-10 (+7.8 to +35 points);
+    - strict accuracy, steps 101-150: the strict run's at least 3 points above the lenient
+      run's (9-31 points);
+    - the strict run's greedy hedge rate ends below 2% (0 in all 14).
+    Whether the *greedy* answer tips over to a hedge under the lenient grader differs from seed
+    to seed (not in seed 3), so it is not asserted.
+    """
     train, test = load_train_eval_rows("arithmetic", "test", 200)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as bench/hedging.py runs
-    try:
-        result = run_hedging(0, [("lenient", "dapo"), ("strict", "dapo")], train, test, steps=150)
-    finally:
-        torch.set_num_threads(threads)
+    result = run_hedging(0, [("lenient", "dapo"), ("strict", "dapo")], train, test, steps=150)
     lenient, strict = (result["runs"][k] for k in ("lenient/dapo", "strict/dapo"))
+    assert len(lenient["hedge_rate"]) == len(strict["hedge_rate"]) == 150
 
-    def late(run, key):
-        return sum(run[key][100:150]) / 50
+    # each run is scored by its own grader (the values are rounded to 4 places)
+    assert strict["reward_mean"] == pytest.approx(strict["strict_accuracy"], abs=1e-4)
+    assert any(paid > right + 1e-3 for paid, right
+               in zip(lenient["reward_mean"], lenient["strict_accuracy"], strict=True))  # fmt: skip
 
-    assert late(lenient, "hedge_rate") >= lenient["hedge_rate"][0] + 0.03
-    assert late(lenient, "hedge_rate") >= 4 * late(strict, "hedge_rate")
-    assert late(strict, "strict_accuracy") >= late(lenient, "strict_accuracy") + 0.05
+    def mean(run, key, first, last):  # over steps first..last (1-based)
+        return sum(run[key][first - 1 : last]) / (last - first + 1)
+
+    def hedges(run):  # sampled hedge rate over steps 1-10 and over steps 101-150
+        return mean(run, "hedge_rate", 1, 10), mean(run, "hedge_rate", 101, 150)
+
+    (strict_early, strict_late), (lenient_early, lenient_late) = hedges(strict), hedges(lenient)
+    assert strict_late < 0.05 and strict_late < 0.5 * strict_early
+    assert lenient_late >= 5 * strict_late and lenient_late >= lenient_early + 0.03
+    late_accuracy = [mean(run, "strict_accuracy", 101, 150) for run in (strict, lenient)]
+    assert late_accuracy[0] >= late_accuracy[1] + 0.03
     assert strict["greedy"]["hedge_rate"] < 0.02

@@ -7,11 +7,14 @@ after a generous ``HANG_SECONDS``: that detects a hang, not slowness.
 
 from __future__ import annotations
 
+import itertools
+import re
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from grpo_minimal.rewards import (
@@ -20,6 +23,7 @@ from grpo_minimal.rewards import (
     answer_segments,
     combined_reward,
     extract_answer,
+    extract_value,
     format_reward,
     is_r1_format,
     parse_gold,
@@ -340,11 +344,80 @@ FRAGMENTS = [
 
 @settings(max_examples=300, deadline=None)
 @given(parts=st.lists(st.sampled_from(FRAGMENTS), max_size=40))
+@example(parts=["-", "7"])  # answers whose text and value could disagree, always tried
+@example(parts=["The answer is ", "\u2212", "\\$", "1,000", "%"])
+@example(parts=["\\boxed{", "\\frac{", "1", "}", "{", "42", "}", "}"])
+@example(parts=["<think>", "7", "</think>", "<answer>", "\\frac12", "</answer>"])
 def test_fuzzed_markup_never_raises_without_the_safety_net(parts):
     """The extractor itself (not just the try/except around it) handles any mix of markup."""
     text = "".join(parts)
     answer = extract_answer(text)
-    assert answer is None or parse_gold(answer) is not None
-    answer_segments(text)
-    parse_number(text)
-    assert is_r1_format(text) in (True, False)
+    value = extract_value(text)
+    # the answer as written and its value agree: the text reads back as the same exact number
+    assert (answer is None) == (value is None)
+    if answer is not None:
+        assert parse_gold(answer) == value and parse_number(answer) == value
+    segments = answer_segments(text)
+    assert segments is None or all(isinstance(s, str) for part in segments for s in part)
+    number = parse_number(text)
+    assert number is None or isinstance(number, Fraction)
+    assert is_r1_format(text) is r1_format_by_regex(text)
+
+
+_R1_RE = re.compile(r"\s*<think>(.*)</think>\s*<answer>(.*)</answer>\s*", re.DOTALL)
+
+
+def r1_format_by_regex(text: str) -> bool:
+    """An independent reading of the strict R1 format: one regex, each tag exactly once, both
+    blocks non-empty after stripping whitespace."""
+    tags = ("<think>", "</think>", "<answer>", "</answer>")
+    match = _R1_RE.fullmatch(text)
+    return (match is not None and all(text.count(tag) == 1 for tag in tags)
+            and all(group.strip() for group in match.groups()))  # fmt: skip
+
+
+# Near misses of <think>...</think><answer>...</answer>: each slot's first entry is right, the
+# others are its mistakes (a missing, swapped, doubled or upper-case tag, an empty block, text
+# between or around the blocks)
+R1_SLOTS = [
+    ["", " ", "\n", "x"],
+    ["<think>", "", "<answer>", "<think><think>", "<THINK>"],
+    ["a", "", " ", "\n", "</think>", "1"],
+    ["</think>", "", "</answer>"],
+    ["", " \n", "x"],
+    ["<answer>", "", "<think>"],
+    ["42", "", " ", "</answer>", "<answer>"],
+    ["</answer>", "", "</think>"],
+    ["", "\n", "x", "<answer>"],
+]
+
+
+def r1_near_misses() -> list[str]:
+    """The right form with every choice of at most two slots changed (one of each mistake)."""
+    texts = []
+    for changed in itertools.chain.from_iterable(
+        itertools.combinations(range(len(R1_SLOTS)), k) for k in (0, 1, 2)
+    ):
+        choices = [slot[1:] if i in changed else slot[:1] for i, slot in enumerate(R1_SLOTS)]
+        texts += ["".join(parts) for parts in itertools.product(*choices)]
+    return texts
+
+
+def test_r1_format_agrees_with_a_regex_on_near_misses():
+    texts = r1_near_misses()
+    verdicts = [is_r1_format(text) for text in texts]
+    assert verdicts == [r1_format_by_regex(text) for text in texts]
+    assert sum(verdicts) >= 10 and verdicts.count(False) >= 300  # both answers, many times
+
+
+def test_the_r1_oracle_by_hand():
+    assert is_r1_format("<think>a</think><answer>1</answer>") is True
+    assert r1_format_by_regex("<think>a</think><answer>1</answer>") is True
+    assert r1_format_by_regex(" <think>a</think>\n<answer>1</answer>\n") is True
+    for bad in (
+        "<think> </think><answer>1</answer>",
+        "<think>a</think>x<answer>1</answer>",
+        "<think>a</think><answer>1</answer><answer>1</answer>",
+        "<answer>1</answer>",
+    ):
+        assert r1_format_by_regex(bad) is False and is_r1_format(bad) is False, bad
