@@ -18,6 +18,7 @@ grpo, ``PPOConfig`` for ppo), so ``cartpole --algo ppo --help`` lists PPO's flag
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pickle
@@ -194,6 +195,8 @@ def prepare_math(args: argparse.Namespace):
         from .trl_bridge import parse_trl_overrides
 
         args.trl_overrides = parse_trl_overrides(args.trl)
+        if args.trl_overrides.get("use_vllm") and importlib.util.find_spec("vllm") is None:
+            raise ValueError('--trl use_vllm=true needs vLLM: pip install "trl[vllm]" (CUDA only)')
     train_rows, eval_rows = load_train_eval_rows(
         cfg.dataset, cfg.eval_split, cfg.eval_n, cfg.allow_eval_overlap
     )

@@ -1,5 +1,6 @@
 """The command line: train, evaluate, and refuse bad flags with one clear line."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -119,6 +120,7 @@ BAD_INPUTS = [
     (["math", "--backend", "trl", "--trl", "ref_model_mixup_alpha=0.5"], "ref_model_mixup_alpha"),
     (["math", "--backend", "trl", "--trl", "warmup_steps=10"], "--trl warmup_steps: set by"),
     (["math", "--backend", "trl", "--trl", "disable_dropout=false"], "--trl disable_dropout"),
+    (["math", "--backend", "trl", "--trl", "use_vllm=true"], "needs vLLM"),
     (["evaluate", "math", "--model", "data/no_such_model"], "is not a folder"),
     (["evaluate", "math", "--dataset", "no_such_data.jsonl"], "dataset: no file"),
     (["evaluate", "math", "--eval-split", "no_such_split.jsonl"], "eval_split: no file"),
@@ -143,6 +145,8 @@ def test_bad_input_tour_gives_one_line_and_status_2(argv, message, tmp_path, cap
 
     if "cuda" in argv and torch.cuda.is_available():
         pytest.skip("a CUDA GPU is present: --device cuda is valid here")
+    if "use_vllm=true" in argv and importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: use_vllm=true is valid")
     letter = tmp_path / "letter.jsonl"
     letter.write_text('{"prompt": "1+a=", "answer": "2"}\n')
     argv = [str(letter) if a == "FILE" else a for a in argv]
