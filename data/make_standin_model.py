@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing the pack
 from grpo_minimal.data import load_gsm8k_sample, read_jsonl  # noqa: E402
 from grpo_minimal.lm_model import BOXED_INSTRUCTION, format_prompt  # noqa: E402
 from grpo_minimal.rewards import R1_SYSTEM_PROMPT, accuracy_reward, format_reward  # noqa: E402
+from grpo_minimal.sft import sft_batch  # noqa: E402
 
 SEED = 0
 OUT = HERE / "standin_lm"
@@ -127,32 +128,22 @@ def targets(row: dict) -> dict[str, str]:
             "boxed": f"{steps} The answer is \\boxed{{{gold}}}."}  # fmt: skip
 
 
-def training_rows(tokenizer) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, target ids + <|im_end|>) for every problem in both templates."""
+def training_rows(tokenizer) -> list[dict[str, str]]:
+    """``{"prompt": the chat-formatted question, "target": the answer}`` for every problem in
+    both templates."""
     raw = read_jsonl(HERE / "gsm8k_sample.jsonl")
-    rows = load_gsm8k_sample()
-    pairs = []
-    for row, example in zip(rows, raw, strict=True):
+    rows = []
+    for row, example in zip(load_gsm8k_sample(), raw, strict=True):
         solution = example["answer"].rpartition("####")[0]
         for template, target in targets({**row, "solution": solution}).items():
-            prompt = format_prompt(row["prompt"], tokenizer, template)
-            pairs.append((tokenizer(prompt, add_special_tokens=False)["input_ids"],
-                          tokenizer(target, add_special_tokens=False)["input_ids"]
-                          + [tokenizer.eos_token_id]))  # fmt: skip
-    return pairs
+            rows.append({"prompt": format_prompt(row["prompt"], tokenizer, template),
+                         "target": target})  # fmt: skip
+    return rows
 
 
-def batch(pairs, pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded prompt + target; labels only on the target."""
-    length = max(len(p) + len(t) for p, t in pairs)
-    ids = torch.full((len(pairs), length), pad_id)
-    labels = torch.full((len(pairs), length), -100)
-    mask = torch.zeros((len(pairs), length), dtype=torch.long)
-    for i, (p, t) in enumerate(pairs):
-        ids[i, : len(p) + len(t)] = torch.tensor(p + t)
-        labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
-        mask[i, : len(p) + len(t)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+def encode(tokenizer, text: str) -> list[int]:
+    """Ids of ``text`` as the BPE tokenizer cuts it (``sft.sft_batch``'s ``encode``)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @torch.no_grad()
@@ -180,12 +171,13 @@ def main() -> None:
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer)
-    pairs = training_rows(tokenizer)
+    rows = training_rows(tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
     rng = random.Random(SEED)
     model.train()
     for _ in range(STEPS):
-        loss = model(**batch(rng.sample(pairs, BATCH_SIZE), tokenizer.pad_token_id)).loss
+        sample = rng.sample(rows, BATCH_SIZE)
+        loss = model(**sft_batch(tokenizer, sample, key="target", encode=encode)).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

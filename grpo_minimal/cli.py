@@ -248,11 +248,9 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
 def prepare_evaluate_math(args: argparse.Namespace):
     """The config (saved with the checkpoint, then flags), the rows to score, the model: every
     input checked before any work."""
-    from transformers import set_seed
-
     from .data import check_held_out, load_eval_rows, load_math_rows
-    from .device import pick_device, pick_dtype
-    from .lm_model import check_prompt_lengths, format_prompt, load_model, resolve_model_name
+    from .lm_model import check_prompt_lengths, format_prompt, resolve_model_name
+    from .lm_train import setup
 
     saved_path = Path(resolve_model_name(args.model)) / "grpo_config.json"
     saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
@@ -267,9 +265,7 @@ def prepare_evaluate_math(args: argparse.Namespace):
         trained_on = saved["dataset"]
         train_rows = load_math_rows(trained_on, "train")
         overlap = check_held_out(train_rows, rows, cfg.allow_eval_overlap, f" ({trained_on!r})")
-    set_seed(cfg.seed)
-    model, tokenizer = load_model(args.model, pick_device(cfg.device))
-    pick_dtype(next(model.parameters()).device, cfg.dtype)
+    model, tokenizer = setup(cfg)  # cfg.model is --model
     prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in rows]
     check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
     return cfg, rows, overlap, model, tokenizer

@@ -155,17 +155,17 @@ def check_prompt_lengths(prompts: Sequence[str], tokenizer, model, max_new_token
     # verbose=False: the length is ours to report, in one line
     encoded = tokenizer(list(prompts), add_special_tokens=False, verbose=False)["input_ids"]
     context = getattr(model.config, "max_position_embeddings", None)
-    for index, length in enumerate(len(ids) for ids in encoded if context is not None):
-        if length + max_new_tokens > context:
+    unk = tokenizer.unk_token_id
+    for index, ids in enumerate(encoded):
+        if context is not None and len(ids) + max_new_tokens > context:
             raise ValueError(
-                f"prompt {index} is {length} tokens long; with max_completion_length="
+                f"prompt {index} is {len(ids)} tokens long; with max_completion_length="
                 f"{max_new_tokens} that exceeds the model's context of {context} tokens "
                 f"(prompt starts {prompts[index][:60]!r}). Shorten the prompt or lower "
                 "max_completion_length."
             )
-    unk = tokenizer.unk_token_id
-    for index, ids in enumerate(encoded if unk is not None else ()):
-        if unk in ids:
+    for index, ids in enumerate(encoded):
+        if unk is not None and unk in ids:
             unknown = {c for c in prompts[index] if tokenizer.convert_tokens_to_ids(c) == unk}
             raise ValueError(
                 f"prompt {index} has characters the model's tokenizer does not know: "

@@ -17,7 +17,7 @@ character outside the vocabulary is an error naming it rather than a silent ``<u
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -33,10 +33,13 @@ def encode_chars(tokenizer, text: str) -> list[int]:
     return ids
 
 
-def sft_batch(tokenizer, rows: Sequence[dict], key: str = "answer") -> dict[str, torch.Tensor]:
-    """Right-padded ``prompt + target + <eos>``; labels are -100 except on target and <eos>."""
-    prompts = [encode_chars(tokenizer, r["prompt"]) for r in rows]
-    targets = [encode_chars(tokenizer, r[key]) + [tokenizer.eos_token_id] for r in rows]
+def sft_batch(
+    tokenizer, rows: Sequence[dict], key: str = "answer", encode: Callable = encode_chars
+) -> dict[str, torch.Tensor]:
+    """Right-padded ``prompt + target + <eos>``; labels are -100 except on target and <eos>.
+    ``encode(tokenizer, text)`` gives the ids of a text (the tiny model's: one per character)."""
+    prompts = [encode(tokenizer, r["prompt"]) for r in rows]
+    targets = [encode(tokenizer, r[key]) + [tokenizer.eos_token_id] for r in rows]
     length = max(len(p) + len(a) for p, a in zip(prompts, targets, strict=True))
     ids = torch.full((len(rows), length), tokenizer.pad_token_id)
     labels = torch.full((len(rows), length), -100)

@@ -289,10 +289,11 @@ def train_math_trl(
     Held-out greedy accuracy before the first step and after the last (and every ``eval_every``
     steps), one ``metrics.jsonl`` record per sampled batch (TRL's names mapped to ours by
     ``TRL_METRIC_NAMES``) and an atomic checkpoint with ``grpo_config.json`` (also every
-    ``save_every`` steps), all written by rank 0 only. The evaluations during training run on
-    rank 0's own model: right in one process and under DDP; under ZeRO-3 or FSDP, whose ranks
-    hold shards, set ``eval_every=0`` (the final accuracy is measured on the saved checkpoint). Under ``torchrun`` every
-    rank trains on its share of each batch (DDP: gradients averaged across ranks).
+    ``save_every`` steps), all written by rank 0 only. Under ``torchrun`` every rank trains on
+    its share of each batch (DDP: gradients averaged across ranks). The evaluations during
+    training run on rank 0's own model: right in one process and under DDP; under ZeRO-3 or
+    FSDP, whose ranks hold shards, set ``eval_every=0`` (the final accuracy is measured on the
+    saved checkpoint).
     ``overrides`` are TRL ``GRPOConfig`` settings with no ``MathConfig`` name (``use_vllm``, ...).
     """
     from transformers import TrainerCallback
