@@ -30,6 +30,7 @@ from transformers.hf_argparser import string_to_bool
 
 from .envs import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW
 from .gym_grpo import CartPoleConfig
+from .labs.grading import DEFAULT_TIMEOUT_S
 from .lm_train import MathConfig
 from .ppo import PPOConfig
 
@@ -315,8 +316,10 @@ def prepare_lab_check(args: argparse.Namespace) -> Path:
 
 
 def run_lab_check(args: argparse.Namespace, notebook: Path) -> dict:
-    from .labs.grading import check_notebook
+    from .labs.grading import check_notebook, syntax_errors
 
+    for problem in syntax_errors(notebook):  # said first: the checks below cannot see it
+        print(f"ERROR {problem}")
     results = check_notebook(notebook)
     for result in results:
         print(f"{'PASS' if result.passed else 'FAIL'}  {result.name}")
@@ -332,20 +335,34 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
         raise ValueError(f"folder: {folder} holds no submitted .ipynb notebooks")
     if not Path(args.grader).is_dir():
         raise ValueError(f"--grader: no folder {args.grader}; run `make labs` to build the graders")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout: {args.timeout} s; give a positive number of seconds")
     return folder
 
 
 def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
     from .labs.grading import grade_folder
 
-    rows = grade_folder(folder, Path(args.out), Path(args.grader))
+    rows = grade_folder(folder, Path(args.out), Path(args.grader), args.timeout)
     for row in rows:
-        print(f"{row['total']:g} / {row['possible']:g}  {row['notebook']}")
-    return {"graded": len(rows), "out": args.out}
+        problem = f"  ({row['problem']})" if row["problem"] else ""
+        print(f"{row['total']:g} / {row['possible']:g}  {row['notebook']}{problem}")
+    out = Path(args.out)
+    feedback = out.parent / f"{out.stem}-feedback"
+    return {"graded": len(rows), "out": args.out, "feedback": str(feedback)}
+
+
+def prepare_lab_build(args: argparse.Namespace) -> None:
+    from .labs.build import STUDENT_DIR, lab_sources, refuse_to_overwrite
+
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"--seed: {args.seed} is negative; give a whole number >= 0")
+    if not args.check and not args.force:
+        refuse_to_overwrite(STUDENT_DIR, lab_sources(only=args.only))
 
 
 def run_lab_build(args: argparse.Namespace, _: None) -> dict:
-    from .labs.build import build_labs, check_student_notebooks
+    from .labs.build import GRADER_DIR, build_labs, check_student_notebooks
 
     if args.check:
         stale = check_student_notebooks()
@@ -354,7 +371,11 @@ def run_lab_build(args: argparse.Namespace, _: None) -> dict:
                 f"notebooks/labs/{name}.ipynb differs from instructor/labs/{name}.py: run make labs"
             )
         return {"stale": stale, "failed": stale}
-    return {"built": build_labs(run_tests=args.run_tests, only=args.only), "grader": "build/labs"}
+    built, seed = build_labs(
+        run_tests=args.run_tests, only=args.only, seed=args.seed, force=args.force
+    )
+    print(f"hidden checks drawn from seed {seed}: it is written only into {GRADER_DIR}/*.zip")
+    return {"built": built, "grader": str(GRADER_DIR), "grader_seed": seed}
 
 
 def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
@@ -490,7 +511,17 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         "grade", help="grade a folder of submitted lab notebooks with the hidden checks (CSV)"
     )
     grade.add_argument("folder", help="folder of submitted .ipynb notebooks")
-    grade.add_argument("--out", default="grades.csv", help="CSV: one row per notebook")
+    grade.add_argument(
+        "--out",
+        default="grades.csv",
+        help="CSV: one row per notebook; feedback files go to <out stem>-feedback/ beside it",
+    )
+    grade.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help="seconds one notebook may take to grade before it is stopped (default %(default)g)",
+    )
     grade.add_argument(
         "--grader", default="build/labs", help="folder of NN_name-autograder.zip (make labs)"
     )
@@ -506,7 +537,13 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         "--run-tests", action="store_true", help="let otter run every check on the solutions"
     )
     build.add_argument("--only", help="build one lab, e.g. 01_advantages")
-    build.set_defaults(prepare=lambda args: None, func=run_lab_build)
+    build.add_argument(
+        "--seed", type=int, help="the grader's seed for the hidden cases (default: a random one)"
+    )
+    build.add_argument(
+        "--force", action="store_true", help="overwrite student notebooks a learner has changed"
+    )
+    build.set_defaults(prepare=prepare_lab_build, func=run_lab_build)
     return parser
 
 

@@ -1,4 +1,9 @@
-"""Shared assertions for the lab tests: a wrong implementation must fail with useful feedback."""
+"""Shared assertions for the lab tests: a wrong implementation must fail with useful feedback.
+
+The grader's seed is drawn when ``lab build`` runs; ``GRADER_SEEDS`` stand in for it. Two bars
+from the labs issue: a correct function earns every point whatever the seed, and a wrong one is
+caught by ``lab check`` (the public cases), never first at grading.
+"""
 
 from __future__ import annotations
 
@@ -8,27 +13,44 @@ import pytest
 
 from grpo_minimal.labs.checking import CheckFailed
 
+GRADER_SEEDS = (1, 2, 3, 12_345)
+
 
 def assert_passes(check: Callable, fn: Callable) -> None:
-    """Public and hidden cases both pass."""
+    """Public cases pass, and so do the hidden twins for every stand-in grader seed."""
     check(fn)
-    check(fn, hidden=True)
+    for seed in GRADER_SEEDS:
+        check(fn, seed=seed)
 
 
-def assert_fails(check: Callable, fn: Callable, hidden: bool = False) -> str:
+def assert_fails(check: Callable, fn: Callable, seed: int | None = None) -> str:
     """The check rejects ``fn`` and says which case, the input, expected, got and a hint."""
     with pytest.raises(CheckFailed) as failed:
-        check(fn, hidden=hidden)
+        check(fn, seed=seed)
     message = str(failed.value)
     for field in ("case:", "input:", "expected:", "got:", "hint:"):
         assert field in message, f"feedback lacks {field!r}:\n{message}"
     return message
 
 
-def assert_fails_somewhere(check: Callable, fn: Callable) -> str:
-    """Rejected by the public cases or, failing that, by the hidden ones (used for grading)."""
+def assert_caught_publicly(check: Callable, fn: Callable) -> str:
+    """``lab check`` rejects the mistake, and grading rejects it too (no lost point unexplained)."""
+    message = assert_fails(check, fn)
+    for seed in GRADER_SEEDS:
+        assert_fails(check, fn, seed=seed)
+    return message
+
+
+def assert_same_verdict(check: Callable, fn: Callable) -> None:
+    """Passing ``lab check`` means passing the hidden twins: nothing graded that was not shown."""
     try:
         check(fn)
     except CheckFailed:
-        return assert_fails(check, fn)
-    return assert_fails(check, fn, hidden=True)
+        return
+    for seed in GRADER_SEEDS:
+        try:
+            check(fn, seed=seed)
+        except CheckFailed as failed:
+            raise AssertionError(
+                f"passes the public cases but loses points at grading (seed {seed}):{failed}"
+            ) from None

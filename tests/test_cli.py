@@ -135,6 +135,11 @@ BAD_INPUTS = [
     (["cartpole", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     (["math", "--allow-eval-overlap", "maybe"], "Truthy value expected"),
     (["evaluate", "nothing"], "invalid choice: 'nothing'"),
+    (["lab", "build", "--seed", "-1"], "--seed: -1 is negative"),
+    (["lab", "build", "--only", "99_nothing"], "no lab source 99_nothing.py"),
+    (["lab", "grade", "notebooks/labs", "--grader", "notebooks", "--timeout", "0"], "--timeout: 0"),
+    (["lab", "grade", "no_such_folder"], "holds no submitted .ipynb notebooks"),
+    (["lab", "check", "notebooks/01_group_relative_advantage.ipynb"], "is not a lab notebook"),
 ]
 
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lab_helpers import assert_fails, assert_fails_somewhere, assert_passes
+from lab_helpers import (
+    assert_caught_publicly,
+    assert_fails,
+    assert_passes,
+    assert_same_verdict,
+)
 
 from grpo_minimal import advantages as package
 from grpo_minimal.labs import advantages as checks
@@ -48,7 +53,18 @@ def hard_coded_eps(rewards, num_generations, scale_rewards="group", eps=1e-4):
     return reference_group(rewards, num_generations, scale_rewards, 1e-4)
 
 
-GROUP_WRONG = [population_std, no_eps, batch_mean, ignores_scale]
+def no_float(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    """Integer rewards kept as integers: torch refuses their mean."""
+    grouped = rewards.view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards == "group":
+        centred = centred / (grouped.std(dim=1, keepdim=True) + eps)
+    elif scale_rewards == "batch":
+        centred = centred / (grouped.std() + eps)
+    return centred.reshape(-1)
+
+
+GROUP_WRONG = [population_std, no_eps, batch_mean, ignores_scale, hard_coded_eps, no_float]
 
 
 def reference_rloo(rewards, num_generations):
@@ -85,12 +101,19 @@ def test_group_reference_and_package_pass(fn):
 
 
 @pytest.mark.parametrize("fn", GROUP_WRONG, ids=lambda f: f.__name__)
-def test_group_mistakes_fail_public(fn):
-    assert_fails(checks.check_group_advantages, fn)
+def test_group_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_group_advantages, fn)
 
 
-def test_hard_coded_eps_fails_hidden():
-    assert_fails_somewhere(checks.check_group_advantages, hard_coded_eps)
+@pytest.mark.parametrize("fn", GROUP_WRONG + [reference_group], ids=lambda f: f.__name__)
+def test_group_public_verdict_is_the_graded_one(fn):
+    assert_same_verdict(checks.check_group_advantages, fn)
+
+
+def test_integer_rewards_mistake_shows_the_learners_line():
+    message = assert_fails(checks.check_group_advantages, no_float)
+    assert "integer rewards" in message and "raised RuntimeError" in message
+    assert "line" in message and "grouped.mean(dim=1, keepdim=True)" in message
 
 
 def test_population_std_feedback_names_the_seed_case():
@@ -104,8 +127,26 @@ def test_rloo_reference_and_package_pass(fn):
 
 
 @pytest.mark.parametrize("fn", RLOO_WRONG, ids=lambda f: f.__name__)
-def test_rloo_mistakes_fail(fn):
-    assert_fails_somewhere(checks.check_rloo_advantages, fn)
+def test_rloo_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_rloo_advantages, fn)
+    assert_same_verdict(checks.check_rloo_advantages, fn)
+
+
+def test_hidden_twins_are_fresh_values_of_the_public_kinds():
+    """Same kinds (names up to the drawn numbers, dtypes) and other values for another seed."""
+    import re
+
+    def kind(case):
+        return re.sub(r"-?[0-9.]+", "#", case.name), [
+            a.dtype for a in case.args if isinstance(a, torch.Tensor)
+        ]
+
+    for twins in (checks.group_twins, checks.rloo_twins):
+        public, hidden = twins(0), twins(98_765)
+        assert [kind(c) for c in public] == [kind(c) for c in hidden]
+        assert any(
+            not torch.equal(p.args[0], h.args[0]) for p, h in zip(public, hidden, strict=True)
+        )
 
 
 def test_std_question():
@@ -114,6 +155,22 @@ def test_std_question():
     for wrong in [(0.5, 0.5), (population, population), (0.58, 0.5), (..., 0.5)]:
         with pytest.raises(CheckFailed, match="case:"):
             checks.check_std_question(*wrong)
+
+
+@pytest.mark.parametrize(
+    "answers, hint",
+    [
+        ((0.5 / 1.0002, 0.5 / 1.0002), "the other std: swap"),
+        ((torch.tensor([0.577, 0.577, -1.73, 0.577]), 0.5), "one float is asked for"),
+        ((-1.732, 0.5), "its advantage is positive"),
+        ((0.25, 0.5), "r - mean alone"),
+    ],
+)
+def test_std_question_hint_points_at_the_slip(answers, hint):
+    population = package.population_std_advantages(torch.tensor(checks.SEED_GROUP), 4)[0].item()
+    answers = (population if answers[0] is None else answers[0], answers[1])
+    with pytest.raises(CheckFailed, match=hint):
+        checks.check_std_question(*answers)
 
 
 def test_stub_gets_clear_feedback():

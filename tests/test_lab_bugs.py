@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from lab_helpers import assert_fails, assert_fails_somewhere, assert_passes
+from lab_helpers import (
+    GRADER_SEEDS,
+    assert_caught_publicly,
+    assert_fails,
+    assert_passes,
+    assert_same_verdict,
+)
 
 from grpo_minimal import advantages as package
 from grpo_minimal import losses
@@ -49,10 +55,9 @@ def test_reference_passes(name):
 
 
 @pytest.mark.parametrize("name", checks.EXERCISES)
-def test_seed_bug_fails_public_and_hidden(name):
-    """The notebook's starting code fails its public check and its hidden check."""
-    assert_fails(CHECKS[name], SEED_TRAINER[name])
-    assert_fails(CHECKS[name], SEED_TRAINER[name], hidden=True)
+def test_seed_bug_is_caught_by_lab_check(name):
+    """The notebook's starting code fails its public check, and grading with any seed."""
+    assert_caught_publicly(CHECKS[name], SEED_TRAINER[name])
 
 
 SEED_FEEDBACK = {
@@ -138,16 +143,19 @@ def sample_repeat_interleave(policy, prompts, num_generations):
     return policy.generate(prompts.repeat_interleave(num_generations), num_return_sequences=1)
 
 
-@pytest.mark.parametrize("fn", [sample_per_prompt, sample_g_calls, sample_repeat, sample_twice])
-def test_sample_group_mistakes_fail(fn):
-    assert_fails(checks.check_sample_group, fn)
-    assert_fails(checks.check_sample_group, fn, hidden=True)
+SAMPLE_WRONG = [sample_per_prompt, sample_g_calls, sample_repeat, sample_twice]
+
+
+@pytest.mark.parametrize("fn", SAMPLE_WRONG, ids=lambda f: f.__name__)
+def test_sample_group_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_sample_group, fn)
 
 
 def test_sample_group_feedback():
     assert "got:      2" in assert_fails(checks.check_sample_group, sample_per_prompt)
     assert "got:      4" in assert_fails(checks.check_sample_group, sample_g_calls)
     assert "answers prompt i // G" in assert_fails(checks.check_sample_group, sample_repeat)
+    assert "got:      2" in assert_fails(checks.check_sample_group, sample_twice)
 
 
 def test_sample_group_alternative_passes():
@@ -202,9 +210,8 @@ ROLLOUT_WRONG = [
 
 
 @pytest.mark.parametrize("fn", ROLLOUT_WRONG, ids=lambda f: f.__name__)
-def test_make_rollout_mistakes_fail(fn):
-    assert_fails(checks.check_make_rollout, fn)
-    assert_fails(checks.check_make_rollout, fn, hidden=True)
+def test_make_rollout_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_make_rollout, fn)
 
 
 def test_make_rollout_feedback():
@@ -215,6 +222,7 @@ def test_make_rollout_feedback():
     assert (
         "'generate calls': 1" in unscaled and "'advantages from those rewards': False" in unscaled
     )
+    assert "advantages from those rewards (group_advantages" in unscaled
 
 
 def test_make_rollout_returning_no_rollout():
@@ -257,20 +265,29 @@ def advantages_unbiased_over_batch(rewards, num_generations, eps=1e-4):
     return ((grouped - grouped.mean(dim=1, keepdim=True)) / (grouped.std() + eps)).reshape(-1)
 
 
+def advantages_no_float(rewards, num_generations, eps=1e-4):
+    """Integer rewards kept as integers: torch has no mean of an int64 tensor."""
+    grouped = rewards.view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    return (centred / (grouped.std(dim=1, keepdim=True) + eps)).reshape(-1)
+
+
 def advantages_package(rewards, num_generations, eps=1e-4):
     return package.group_advantages(rewards, num_generations, eps=eps)
 
 
-@pytest.mark.parametrize(
-    "fn", [advantages_batch, advantages_no_eps, advantages_unbiased_over_batch]
-)
-def test_group_advantages_mistakes_fail_public(fn):
-    assert_fails(checks.check_group_advantages, fn)
-    assert_fails(checks.check_group_advantages, fn, hidden=True)
+ADVANTAGE_WRONG = [
+    advantages_batch,
+    advantages_no_eps,
+    advantages_hard_coded_eps,
+    advantages_unbiased_over_batch,
+    advantages_no_float,
+]
 
 
-def test_group_advantages_hard_coded_eps_fails_hidden():
-    assert_fails_somewhere(checks.check_group_advantages, advantages_hard_coded_eps)
+@pytest.mark.parametrize("fn", ADVANTAGE_WRONG, ids=lambda f: f.__name__)
+def test_group_advantages_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_group_advantages, fn)
 
 
 @pytest.mark.parametrize("fn", [advantages_package, package.group_advantages])
@@ -283,6 +300,11 @@ def test_group_advantages_feedback():
     for fn in (advantages_batch, advantages_unbiased_over_batch):
         message = assert_fails(checks.check_group_advantages, fn)
         assert "two groups are normalised separately" in message
+    hard_coded = assert_fails(checks.check_group_advantages, advantages_hard_coded_eps)
+    assert "passed by keyword" in hard_coded and "use the eps argument" in hard_coded
+    no_float = assert_fails(checks.check_group_advantages, advantages_no_float)
+    assert "integer rewards (int64)" in no_float and "convert the rewards to float" in no_float
+    assert "raised RuntimeError" in no_float and "grouped.mean(dim=1" in no_float
 
 
 def test_population_std_gives_the_seed_numbers():
@@ -339,17 +361,25 @@ KL_WRONG = [
 
 
 @pytest.mark.parametrize("fn", KL_WRONG, ids=lambda f: f.__name__)
-def test_kl_penalty_mistakes_fail(fn):
-    assert_fails(checks.check_kl_penalty, fn)
-    assert_fails(checks.check_kl_penalty, fn, hidden=True)
+def test_kl_penalty_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_kl_penalty, fn)
 
 
 @pytest.mark.parametrize("fn", [kl_no_grad, kl_item, kl_detached_result])
 def test_kl_without_gradient_fails_the_gradient_case(fn):
     message = assert_fails(checks.check_kl_penalty, fn)
-    assert "the KL term has a gradient" in message
-    hidden = assert_fails(checks.check_kl_penalty, fn, hidden=True)
-    assert "the gradient, larger beta" in hidden
+    assert "the KL term has a gradient" in message and "keep logps attached" in message.lower()
+    assert "the penalty pulls the policy towards the reference" in message  # also failing
+    for seed in GRADER_SEEDS:
+        graded = assert_fails(checks.check_kl_penalty, fn, seed=seed)
+        assert "case:     the KL term has a gradient, beta=" in graded
+
+
+@pytest.mark.parametrize("fn", [kl_wrong_direction, kl_k1, kl_seed_001])
+def test_kl_wrong_value_fails_the_value_case(fn):
+    message = assert_fails(checks.check_kl_penalty, fn)
+    assert "case:     the value: k3 averaged over tokens" in message
+    assert "x = ref_logps - logps" in message
 
 
 def kl_package(logps, ref_logps):
@@ -368,7 +398,7 @@ def test_kl_penalty_correct_alternatives_pass(fn):
 
 
 def test_kl_pull_case_measures_the_pull():
-    """The hidden 'pull' case: the fixed penalty lowers the exact KL, the detached one not."""
+    """The 'pull' case: the fixed penalty lowers the exact KL, the detached one not."""
     before, after = checks._kl_pull(kl_penalty, 0, 1.0, 0.5)
     assert after < before
     assert checks._kl_pull(SEED_TRAINER["kl_penalty"], 0, 1.0, 0.5) == (before, before)
@@ -447,18 +477,35 @@ def update_reference_copy(
                    old=lambda logps: old_logps, ref=lambda old: ref_logps)  # fmt: skip
 
 
+def update_hard_coded_epsilon(
+    policy, ref_policy, optimizer, rollout, num_iterations=1, beta=0.04, epsilon=0.2
+):
+    """Right, but clips to [0.8, 1.2] whatever epsilon it is given."""
+    return update_reference_copy(policy, ref_policy, optimizer, rollout, num_iterations, beta)
+
+
+def update_hard_coded_beta(
+    policy, ref_policy, optimizer, rollout, num_iterations=1, beta=0.04, epsilon=0.2
+):
+    """Right, but weighs the KL term with 0.04 whatever beta it is given."""
+    return update_reference_copy(
+        policy, ref_policy, optimizer, rollout, num_iterations, epsilon=epsilon
+    )
+
+
 UPDATE_WRONG = [
     update_old_inside_loop,
     update_old_not_detached,
     update_ref_is_old,
     update_returns_nothing,
+    update_hard_coded_epsilon,
+    update_hard_coded_beta,
 ]
 
 
 @pytest.mark.parametrize("fn", UPDATE_WRONG, ids=lambda f: f.__name__)
-def test_grpo_update_mistakes_fail(fn):
-    assert_fails(checks.check_grpo_update, fn)
-    assert_fails(checks.check_grpo_update, fn, hidden=True)
+def test_grpo_update_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_grpo_update, fn)
 
 
 def test_grpo_update_feedback():
@@ -467,6 +514,10 @@ def test_grpo_update_feedback():
     assert "raised RuntimeError" in assert_fails(checks.check_grpo_update, update_old_not_detached)
     ref_is_old = assert_fails(checks.check_grpo_update, update_ref_is_old)
     assert "the parameters after several updates" in ref_is_old and "seed 002" in ref_is_old
+    epsilon = assert_fails(checks.check_grpo_update, update_hard_coded_epsilon)
+    assert "the clip range is epsilon" in epsilon and "not a hard-coded 0.2" in epsilon
+    beta = assert_fails(checks.check_grpo_update, update_hard_coded_beta)
+    assert "the ratio moves off 1" in beta and "not a hard-coded 0.04" in beta
 
 
 def test_grpo_update_correct_alternative_passes():
@@ -479,6 +530,55 @@ def test_grpo_update_ratio_moves_off_one():
     assert distances[0] == 0.0
     assert 0.05 < distances[1] < distances[2]
     assert distances[2] > 0.2  # past 1 + epsilon: the clip acts on the third update
+
+
+# --- public and graded cases are twins ---------------------------------------------------------
+
+WRONG = {
+    "sample_group": SAMPLE_WRONG,
+    "make_rollout": ROLLOUT_WRONG,
+    "group_advantages": ADVANTAGE_WRONG,
+    "kl_penalty": KL_WRONG,
+    "grpo_update": UPDATE_WRONG,
+}
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [(name, fn) for name in checks.EXERCISES for fn in [*WRONG[name], SEED_TRAINER[name]]]
+    + [("sample_group", sample_repeat_interleave), ("kl_penalty", kl_with_relu)],
+    ids=lambda value: getattr(value, "__qualname__", value),
+)
+def test_public_verdict_is_the_graded_one(name, fn):
+    assert_same_verdict(CHECKS[name], fn)
+
+
+TWINS = [
+    checks.sample_twins,
+    checks.rollout_twins,
+    checks.advantage_twins,
+    checks.kl_twins,
+    checks.update_twins,
+]
+
+
+def _kind(case):
+    """A case's kind: its name up to the drawn numbers, its measure, its tensors' dtypes."""
+    measure = case.args[0] if isinstance(case.args[0], str) else None
+    dtypes = [a.dtype for a in case.args if isinstance(a, torch.Tensor)]
+    return re.sub(r"-?[0-9.]+", "#", case.name), measure, dtypes, sorted(case.kwargs)
+
+
+def _values(case):
+    return repr([a.tolist() if isinstance(a, torch.Tensor) else a for a in case.args])
+
+
+@pytest.mark.parametrize("twins", TWINS, ids=lambda f: f.__name__)
+def test_hidden_twins_are_fresh_values_of_the_public_kinds(twins):
+    public, hidden = twins(0), twins(98_765)
+    assert [_kind(c) for c in public] == [_kind(c) for c in hidden]
+    assert all(_values(p) != _values(h) for p, h in zip(public, hidden, strict=True))
+    assert [_values(c) for c in twins(0)] == [_values(c) for c in public]  # drawn, not global
 
 
 # --- the demo ---------------------------------------------------------------------------------

@@ -8,10 +8,16 @@ where the clipped surrogate's gradient vanishes, which KL estimator's loss follo
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
-from lab_helpers import assert_fails, assert_fails_somewhere, assert_passes
+from lab_helpers import (
+    assert_caught_publicly,
+    assert_fails,
+    assert_passes,
+    assert_same_verdict,
+)
 
 from grpo_minimal import losses as package
 from grpo_minimal.labs import objective as checks
@@ -95,8 +101,13 @@ def test_clip_reference_and_package_pass(fn):
 
 
 @pytest.mark.parametrize("fn", CLIP_WRONG, ids=lambda f: f.__name__)
-def test_clip_mistakes_fail_public(fn):
-    assert_fails(checks.check_clipped_surrogate, fn)
+def test_clip_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_clipped_surrogate, fn)
+
+
+@pytest.mark.parametrize("fn", [*CLIP_WRONG, reference_clip], ids=lambda f: f.__name__)
+def test_clip_public_verdict_is_the_graded_one(fn):
+    assert_same_verdict(checks.check_clipped_surrogate, fn)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +125,7 @@ def test_clip_mistakes_fail_public(fn):
     ],
 )
 def test_clip_feedback_names_the_case(fn, case, shown):
-    message = assert_fails(checks.check_clipped_surrogate, fn)
+    message = assert_fails(checks.check_clipped_surrogate, fn).split("also failing")[0]
     assert case in message and shown in message, message
 
 
@@ -149,17 +160,38 @@ def k3_returns_k2(logps, ref_logps):
 
 
 def k3_from_probabilities(logps, ref_logps):
-    """pi_ref / pi from the probabilities: right in theory, 0 / 0 for very unlikely tokens."""
+    """The issue's variant: pi_ref / pi from the probabilities; 0 / 0 for very unlikely tokens."""
     r = torch.exp(ref_logps) / torch.exp(logps)
     return r - torch.log(r) - 1.0
 
 
-KL_WRONG_PUBLIC = [
+def k3_log_of_exp(logps, ref_logps):
+    """The ratio in log space, but log(r) instead of x: log(exp(-119.5)) = log(0) = -inf."""
+    r = torch.exp(ref_logps - logps)
+    return r - torch.log(r) - 1.0
+
+
+def k3_inverse_ratio(logps, ref_logps):
+    """pi / pi_ref in log space, then inverted: exp(+119.5) overflows float32 to inf."""
+    ratio = torch.exp(logps - ref_logps)
+    return 1.0 / ratio + torch.log(ratio) - 1.0
+
+
+def k3_probabilities_in_float64(logps, ref_logps):
+    """Probability space, but in float64 (exp(-120) = 7.7e-53 is fine there): must pass."""
+    r = torch.exp(ref_logps.double()) / torch.exp(logps.double())
+    return (r - torch.log(r) - 1.0).to(logps.dtype)
+
+
+KL_WRONG = [
     k3_swapped,
     k3_sign_in_exponent,
     k3_without_minus_one,
     k3_returns_k1,
     k3_returns_k2,
+    k3_from_probabilities,
+    k3_log_of_exp,
+    k3_inverse_ratio,
 ]
 
 
@@ -168,15 +200,32 @@ def test_kl_reference_and_package_pass(fn):
     assert_passes(checks.check_kl_k3, fn)
 
 
-@pytest.mark.parametrize("fn", KL_WRONG_PUBLIC, ids=lambda f: f.__name__)
-def test_kl_mistakes_fail_public(fn):
-    assert_fails(checks.check_kl_k3, fn)
+@pytest.mark.parametrize("fn", KL_WRONG, ids=lambda f: f.__name__)
+def test_kl_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_kl_k3, fn)
 
 
-def test_k3_from_probabilities_fails_hidden():
-    checks.check_kl_k3(k3_from_probabilities)  # the public cases cannot tell
-    message = assert_fails(checks.check_kl_k3, k3_from_probabilities, hidden=True)
-    assert "very unlikely tokens" in message and "nan" in message
+@pytest.mark.parametrize(
+    "fn", [*KL_WRONG, reference_k3, k3_probabilities_in_float64], ids=lambda f: f.__name__
+)
+def test_kl_public_verdict_is_the_graded_one(fn):
+    assert_same_verdict(checks.check_kl_k3, fn)
+
+
+@pytest.mark.parametrize(
+    ("fn", "case", "got"),
+    [
+        (k3_from_probabilities, "very unlikely tokens under both", "nan"),
+        (k3_log_of_exp, "the reference finds the token very unlikely", "inf"),
+        (k3_inverse_ratio, "the reference finds the token very unlikely", "inf"),
+    ],
+)
+def test_probability_space_k3_is_caught_publicly_with_the_log_space_hint(fn, case, got):
+    """The issue's "k3 in probability space": ``lab check`` names it, and says why."""
+    message = assert_fails(checks.check_kl_k3, fn)
+    first = message.split("also failing")[0]
+    assert case in first and got in first, message
+    assert "Stay in log space" in first and "exp(-120) is 0 in float32" in first
 
 
 def test_swapped_k3_feedback_names_the_asymmetric_case():
@@ -284,10 +333,25 @@ aggregate_dr_grpo_token_count = _with(dr_grpo=_token_mean)
 aggregate_dapo_as_grpo = _with(dapo=_sequence_mean)
 aggregate_dapo_ignores_num_items = _with(dapo=_token_mean)
 aggregate_dr_grpo_ignores_max_length = _with(dr_grpo=_dr_grpo_ignores_max_length)
+
+
+def _bnpo_without_clamp(per_token_loss, mask, *_):
+    mask = mask.to(per_token_loss.dtype)
+    return (per_token_loss * mask).sum() / mask.sum()
+
+
+def _dapo_without_clamp(per_token_loss, mask, loss_type, max_completion_length, num_items):
+    mask = mask.to(per_token_loss.dtype)
+    tokens = mask.sum() if num_items is None else num_items
+    return (per_token_loss * mask).sum() / tokens
+
+
 aggregate_grpo_without_clamp = _with(grpo=_grpo_without_clamp)
 aggregate_grpo_skips_empty = _with(grpo=_grpo_skips_empty)
+aggregate_bnpo_without_clamp = _with(bnpo=_bnpo_without_clamp)
+aggregate_dapo_without_clamp = _with(dapo=_dapo_without_clamp)
 
-AGGREGATE_WRONG_PUBLIC = {
+AGGREGATE_WRONG = {
     "mask_ignored": aggregate_ignores_mask,
     "denominators_count_padding": aggregate_counts_padding,
     "grpo_bnpo_swapped": aggregate_grpo_bnpo_swapped,
@@ -296,10 +360,10 @@ AGGREGATE_WRONG_PUBLIC = {
     "dapo_ignores_num_items_in_batch": aggregate_dapo_ignores_num_items,
     "dr_grpo_ignores_max_completion_length": aggregate_dr_grpo_ignores_max_length,
     "no_value_error": aggregate_without_value_error,
-}
-AGGREGATE_WRONG_HIDDEN = {
     "grpo_without_clamp": aggregate_grpo_without_clamp,
     "grpo_skips_empty_sequences": aggregate_grpo_skips_empty,
+    "bnpo_without_clamp": aggregate_bnpo_without_clamp,
+    "dapo_without_clamp": aggregate_dapo_without_clamp,
 }
 
 
@@ -308,16 +372,33 @@ def test_aggregate_reference_and_package_pass(fn):
     assert_passes(checks.check_aggregate_loss, fn)
 
 
-@pytest.mark.parametrize("fn", AGGREGATE_WRONG_PUBLIC.values(), ids=list(AGGREGATE_WRONG_PUBLIC))
-def test_aggregate_mistakes_fail_public(fn):
-    assert_fails(checks.check_aggregate_loss, fn)
+@pytest.mark.parametrize("fn", AGGREGATE_WRONG.values(), ids=list(AGGREGATE_WRONG))
+def test_aggregate_mistakes_are_caught_by_lab_check(fn):
+    assert_caught_publicly(checks.check_aggregate_loss, fn)
 
 
-@pytest.mark.parametrize("fn", AGGREGATE_WRONG_HIDDEN.values(), ids=list(AGGREGATE_WRONG_HIDDEN))
-def test_empty_sequence_mistakes_fail_hidden(fn):
-    checks.check_aggregate_loss(fn)  # the public cases have no empty sequence
-    message = assert_fails_somewhere(checks.check_aggregate_loss, fn)
-    assert "one empty" in message or "no tokens at all" in message
+@pytest.mark.parametrize(
+    "fn",
+    [*AGGREGATE_WRONG.values(), reference_aggregate],
+    ids=[*AGGREGATE_WRONG, "reference"],
+)
+def test_aggregate_public_verdict_is_the_graded_one(fn):
+    assert_same_verdict(checks.check_aggregate_loss, fn)
+
+
+@pytest.mark.parametrize(
+    ("fn", "case", "shown"),
+    [
+        (aggregate_grpo_without_clamp, "grpo with an empty completion", ".clamp(min=1.0)"),
+        (aggregate_grpo_skips_empty, "grpo with an empty completion", "still counts"),
+        (aggregate_bnpo_without_clamp, "no tokens at all, loss_type='bnpo'", ".clamp(min=1.0)"),
+        (aggregate_dapo_without_clamp, "no tokens at all, loss_type='dapo'", ".clamp(min=1.0)"),
+    ],
+)
+def test_empty_mask_mistakes_are_named_by_lab_check(fn, case, shown):
+    """The issue's "empty mask" and "no clamp": ``lab check`` names the case and the fix."""
+    message = assert_fails(checks.check_aggregate_loss, fn).split("also failing")[0]
+    assert case in message and shown in message, message
 
 
 @pytest.mark.parametrize(
@@ -331,7 +412,7 @@ def test_empty_sequence_mistakes_fail_hidden(fn):
     ],
 )
 def test_aggregate_feedback_names_the_case(fn, case):
-    assert case in assert_fails(checks.check_aggregate_loss, fn)
+    assert case in assert_fails(checks.check_aggregate_loss, fn).split("also failing")[0]
 
 
 @pytest.mark.parametrize(
@@ -350,14 +431,54 @@ def test_public_hints_quote_the_package(loss_type, kwargs, expected):
     assert value.item() == pytest.approx(expected, rel=1e-6)
 
 
-def test_hidden_cases_cover_the_brief():
-    assert (checks.RANDOM_MASK.sum(-1) == 0).any()  # a zero-length sequence
-    assert (checks.RANDOM_MASK.sum(-1) == checks.RANDOM_MASK.shape[-1]).any()  # a full one
-    ratios = torch.cat([case.args[0].flatten() for case in checks.CLIP_HIDDEN])
+def _kind(case):
+    """A case's kind: its name up to the drawn numbers, and the dtypes of its tensors."""
+    return re.sub(r"-?[0-9.]+", "#", case.name), [
+        a.dtype for a in case.args if isinstance(a, torch.Tensor)
+    ]
+
+
+TWINS = [checks.clip_twins, checks.clip_gradient_twins, checks.kl_twins, checks.aggregate_twins]
+
+
+@pytest.mark.parametrize("twins", TWINS, ids=lambda f: f.__name__)
+def test_hidden_twins_are_fresh_values_of_the_public_kinds(twins):
+    """Same kinds (names up to the drawn numbers, dtypes) and other values for another seed."""
+    public, hidden = twins(0), twins(98_765)
+    assert [_kind(c) for c in public] == [_kind(c) for c in hidden]
+    assert any(
+        p.args[0].shape != h.args[0].shape or not torch.equal(p.args[0], h.args[0])
+        for p, h in zip(public, hidden, strict=True)
+    )
+    again = twins(0)  # the same seed draws the same values
+    assert all(torch.equal(p.args[0], q.args[0]) for p, q in zip(public, again, strict=True))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 12_345, 98_765])
+def test_twins_keep_their_edges_for_every_seed(seed):
+    """The edges the text promises are in every draw, so no seed adds or drops one."""
+    clip = checks.clip_twins(seed)
+    ratios = torch.cat([c.args[0].flatten().double() for c in clip])
     assert ratios.min() < 0.01 and ratios.max() > 100  # far outside the clip range
-    advantages = torch.cat([case.args[1].flatten() for case in checks.CLIP_HIDDEN])
-    assert (advantages < 0).any()
-    assert any(len(case.args) > 3 and case.args[3] != case.args[2] for case in checks.CLIP_HIDDEN)
+    assert all((c.args[1] < 0).any() for c in clip if "zero advantage" not in c.name)
+    assert any(len(c.args) > 3 and c.args[3] < c.args[2] for c in clip)  # eps_high < eps
+    for case in [*clip, *checks.clip_gradient_twins(seed)]:
+        ratio, advantages, eps = case.args[:3]
+        high = case.args[3] if len(case.args) > 3 else case.kwargs.get("epsilon_high", eps)
+        outside = (ratio < 1 - eps) | (ratio > 1 + high)
+        if "across the clip" in case.name:  # every row: below, inside and above the clip
+            assert outside.any(dim=-1).all() and (~outside).any(dim=-1).all(), case.name
+    kl = {_kind(c)[0]: c for c in checks.kl_twins(seed)}
+    both = kl["very unlikely tokens under both (log-probs below #): work in log space"]
+    assert (both.args[0] < -104).all() and (both.args[1] < -104).all()  # exp() is 0 in float32
+    ref = kl["the reference finds the tokens very unlikely (x below #)"]
+    assert ((ref.args[1] - ref.args[0]) < -100).all()
+    aggregate = checks.aggregate_twins(seed)
+    _, mask, _ = aggregate[0].args
+    assert mask[0].sum() == 0 and mask[-1].sum() == mask.shape[-1]  # an empty and a full row
+    assert any(c.args[1].dtype == torch.bool for c in aggregate)
+    assert any(not c.args[1].any() for c in aggregate)  # a batch with no tokens at all
+    assert any(c.args[2] not in package.LOSS_TYPES for c in aggregate)  # the refusal
 
 
 # --- question 1: where the gradient of the clipped surrogate is zero -----------------------------
@@ -464,3 +585,13 @@ def test_k3_hint_values_are_the_package_values():
     half, quarter = torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)])
     assert package.kl_k3(half, quarter).item() == pytest.approx(0.5 + math.log(2) - 1, rel=1e-6)
     assert package.kl_k3(quarter, half).item() == pytest.approx(2 - math.log(2) - 1, rel=1e-6)
+
+
+def test_new_public_hints_quote_the_package():
+    """The values quoted by the public cases for the empty completion and extreme log-ratios."""
+    empty = next(c for c in checks.AGGREGATE_PUBLIC if "empty completion" in c.name)
+    assert package.aggregate_loss(*empty.args).item() == pytest.approx(1.0)
+    both = next(c for c in checks.KL_PUBLIC if "under both" in c.name)
+    assert package.kl_k3(*both.args).tolist() == pytest.approx([4.389056, 1.135335], rel=1e-5)
+    reference = next(c for c in checks.KL_PUBLIC if "x = -119.5" in c.name)
+    assert package.kl_k3(*reference.args).item() == pytest.approx(118.5)

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from lab_helpers import assert_fails, assert_fails_somewhere, assert_passes
+from lab_helpers import (
+    assert_caught_publicly,
+    assert_fails,
+    assert_passes,
+    assert_same_verdict,
+)
 
 from grpo_minimal import advantages as package
 from grpo_minimal.labs import returns as checks
@@ -97,6 +104,7 @@ def edits_rewards_in_place(rewards, mask, gamma):
 
 
 def integer_result(rewards, mask, gamma):
+    """The issue's variant: the mask cast to the rewards' dtype, the result made by zeros_like."""
     rewards = rewards * mask.to(rewards.dtype)
     returns = torch.zeros_like(rewards)
     running = torch.zeros_like(rewards[:, 0])
@@ -106,12 +114,22 @@ def integer_result(rewards, mask, gamma):
     return returns
 
 
+def integer_zeros_like(rewards, mask, gamma):
+    """Right for float rewards; with int64 rewards the result is an int64 tensor."""
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros(rewards.shape[0])
+    for t in reversed(range(rewards.shape[1])):
+        running = mask[:, t] * (rewards[:, t] + gamma * running)
+        returns[:, t] = running
+    return returns
+
+
 def float32_only(rewards, mask, gamma):
     """Right for float inputs; `.float()` first is fine, so this must pass."""
     return reference_returns(rewards.float(), mask.float(), gamma)
 
 
-WRONG_PUBLIC = [
+WRONG = [
     mask_ignored,
     mask_on_output_only,
     forward_accumulation,
@@ -120,39 +138,93 @@ WRONG_PUBLIC = [
     undiscounted,
     hard_coded_gamma,
     edits_rewards_in_place,
+    integer_result,
+    integer_zeros_like,
+]
+
+CORRECT = [
+    reference_returns,
+    float64_returns,
+    vectorised_returns,
+    float32_only,
+    package.discounted_returns,
 ]
 
 
-@pytest.mark.parametrize(
-    "fn",
-    [
-        reference_returns,
-        float64_returns,
-        vectorised_returns,
-        float32_only,
-        package.discounted_returns,
-    ],
-    ids=lambda f: f.__name__,
-)
+@pytest.mark.parametrize("fn", CORRECT, ids=lambda f: f.__name__)
 def test_correct_implementations_pass(fn):
     assert_passes(checks.check_discounted_returns, fn)
 
 
-@pytest.mark.parametrize("fn", WRONG_PUBLIC, ids=lambda f: f.__name__)
-def test_mistakes_fail_public(fn):
+@pytest.mark.parametrize("fn", WRONG, ids=lambda f: f.__name__)
+def test_mistakes_are_caught_by_lab_check(fn):
+    """Each mistake fails ``lab check`` and loses the graded points too."""
+    assert_caught_publicly(checks.check_discounted_returns, fn)
+
+
+@pytest.mark.parametrize("fn", WRONG + CORRECT, ids=lambda f: f.__name__)
+def test_public_verdict_is_the_graded_one(fn):
+    assert_same_verdict(checks.check_discounted_returns, fn)
+
+
+@pytest.mark.parametrize(
+    ("fn", "case", "shown"),
+    [
+        (mask_ignored, "padding holds rewards that must be ignored", "mask"),
+        (mask_on_output_only, "padding holds rewards that must be ignored", "leaks"),
+        (forward_accumulation, "one episode, gamma=0.5", "backwards"),
+        (gamma_on_current_reward, "one episode, gamma=0.5", "never r_t"),
+        (no_reset_between_episodes, "each row is its own episode", "starts at 0 for every row"),
+        (undiscounted, "one episode, gamma=0.5", "gamma (the argument)"),
+        (hard_coded_gamma, "one episode, gamma=0.5", "gamma (the argument)"),
+        (edits_rewards_in_place, "the inputs are left as they were", "rewards *= mask"),
+        (integer_result, "integer rewards (int64)", "zeros_like(rewards) is an integer tensor"),
+        (integer_zeros_like, "integer rewards (int64)", "zeros_like(rewards) is an integer tensor"),
+    ],
+)
+def test_hint_points_at_the_mistake(fn, case, shown):
+    """The first failure ``lab check`` details is the case that shows this mistake."""
     message = assert_fails(checks.check_discounted_returns, fn)
-    assert "case:     " in message and "hint:" in message
+    first = message.split("also failing")[0]
+    assert case in first and shown in first, message
 
 
-@pytest.mark.parametrize("fn", [*WRONG_PUBLIC, integer_result], ids=lambda f: f.__name__)
-def test_mistakes_fail_where_graded(fn):
-    """Each mistake also loses the hidden (graded) points, not only the public ones."""
-    assert_fails(checks.check_discounted_returns, fn, hidden=True)
+def test_integer_mistakes_also_named_for_the_grader_seed():
+    for fn in (integer_result, integer_zeros_like):
+        message = assert_fails(checks.check_discounted_returns, fn, seed=12_345)
+        assert "integer rewards (int64)" in message and "zeros_like" in message
 
 
-def test_integer_result_fails_on_integer_rewards():
-    message = assert_fails_somewhere(checks.check_discounted_returns, integer_result)
-    assert "integer rewards" in message
+def test_hidden_twins_are_fresh_values_of_the_public_kinds():
+    """Same kinds (names up to the drawn numbers, dtypes) and other values for another seed."""
+
+    def kind(case):
+        return re.sub(r"-?[0-9.]+", "#", case.name), [
+            a.dtype for a in case.args if isinstance(a, torch.Tensor)
+        ]
+
+    public, hidden = checks.returns_twins(0), checks.returns_twins(98_765)
+    assert [kind(c) for c in public] == [kind(c) for c in hidden]
+    assert any(
+        p.args[0].shape != h.args[0].shape or not torch.equal(p.args[0], h.args[0])
+        for p, h in zip(public, hidden, strict=True)
+    )
+    again = checks.returns_twins(0)  # the same seed draws the same values
+    assert all(torch.equal(p.args[0], q.args[0]) for p, q in zip(public, again, strict=True))
+
+
+def test_twins_keep_their_edges_for_every_seed():
+    """Padding in every multi-step batch, integer rewards, one-step episodes: whatever the seed."""
+    for seed in (0, 1, 2, 3, 12_345, 98_765):
+        cases = {re.sub(r"-?[0-9.]+", "#", c.name): c for c in checks.returns_twins(seed)}
+        for name, case in cases.items():
+            rewards, mask, gamma = case.args
+            assert 0 < gamma <= 1
+            if rewards.shape[1] > 1:
+                assert (mask == 0).any(), name
+                assert (rewards[mask == 0] != 0).all(), name
+        dtypes = {c.args[0].dtype for c in cases.values()}
+        assert {torch.float32, torch.float64, torch.int64} <= dtypes
 
 
 def test_feedback_names_the_case_and_the_values():

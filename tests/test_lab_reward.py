@@ -1,7 +1,9 @@
-"""Lab 04: the reference passes, delegates to the package pass, known mistakes fail where meant.
+"""Lab 04: the reference passes, delegates to the package pass, known mistakes are caught publicly.
 
-Each wrong variant is one realistic mistake, and each must be rejected by the case written for
-it (the test names the case), not by accident somewhere else.
+Each wrong variant is one realistic mistake. ``lab check`` (the public cases: the table's
+examples and the twins drawn from the public seed) must reject it, the first failing case must be
+the one written for that mistake, and its hint must name the real cause, at ``lab check`` and at
+grading alike (``GRADER_SEEDS`` stand in for the grader's seed).
 """
 
 from __future__ import annotations
@@ -14,15 +16,32 @@ from fractions import Fraction
 
 import pytest
 import torch
-from lab_helpers import assert_fails, assert_fails_somewhere, assert_passes
+from lab_helpers import (
+    GRADER_SEEDS,
+    assert_caught_publicly,
+    assert_fails,
+    assert_passes,
+    assert_same_verdict,
+)
 
 from grpo_minimal import advantages, answers, rewards
 from grpo_minimal.labs import reward as checks
-from grpo_minimal.labs.checking import CheckFailed
+from grpo_minimal.labs.checking import PUBLIC_SEED, CheckFailed
 
 MAX_CHARS = answers.MAX_COMPLETION_CHARS
 MAX_DIGITS = answers.MAX_NUMBER_DIGITS
 INTEGER = r"(?:[1-9][0-9]{0,2}(?:,[0-9]{3})+|[0-9]+)"
+
+
+def assert_caught_with_hint(check, fn, case: str, hint: str) -> None:
+    """Caught by ``lab check`` on ``case`` with ``hint``; grading shows the same hint first."""
+    message = assert_caught_publicly(check, fn)
+    assert f"case:     {case}\n" in message, message
+    assert hint in message.split("  hint:", 1)[1].split("\n  also failing", 1)[0], message
+    for seed in GRADER_SEEDS:
+        graded = assert_fails(check, fn, seed=seed)
+        assert hint in graded.split("  hint:", 1)[1].split("\n  also failing", 1)[0], graded
+
 
 # --- parse_number ---------------------------------------------------------------------------------
 
@@ -49,7 +68,18 @@ def reference_parse(text, *, integer=INTEGER, cap=True, zero_check=True, make=Fr
 
 
 def parse_via_float(text):
+    """The pattern is right, the value goes through a float."""
     return reference_parse(text, make=lambda digits: Fraction(float(digits)))
+
+
+def parse_float(text):
+    """A float parser: float() decides what a number is, and its value."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return Fraction(float(text.replace(",", "")))
+    except (ValueError, OverflowError):
+        return None
 
 
 def parse_int_cut(text):
@@ -63,6 +93,7 @@ def parse_first_word(text):
 
 
 def parse_unicode_digits(text):
+    """A \\d regex: \\d matches full-width and other scripts' digits, and Fraction reads them."""
     return reference_parse(text, integer=r"(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)")
 
 
@@ -88,6 +119,14 @@ def parse_fraction_unchecked(text):
         return None
 
 
+def parse_fraction_plain(text):
+    """Fraction(text) as the parser: it accepts '1e5', '1_000', ' 3/4 ', '４２'..."""
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError, TypeError):
+        return None
+
+
 def parse_crashes_on_non_string(text):
     return reference_parse(text.strip())
 
@@ -99,18 +138,30 @@ def parse_with_eval(text):
         return None
 
 
+def parse_returns_float(text):
+    value = reference_parse(text)
+    return None if value is None else float(value)
+
+
 PARSE_WRONG = [
-    (parse_via_float, "0.1 exactly"),
-    (parse_int_cut, "a decimal, exactly"),
-    (parse_first_word, "two numbers are not one number"),
-    (parse_unicode_digits, "full-width digits"),
-    (parse_no_digit_cap, "41 digits"),
-    (parse_divides_by_zero, "division by zero"),
-    (parse_deletes_commas, "a bad thousands group"),
-    (parse_fraction_unchecked, "a bad thousands group"),
-    (parse_crashes_on_non_string, "not a string"),
-    (parse_with_eval, "no evaluator on model output"),
+    (parse_via_float, "0.1 exactly", "never through float()"),
+    (parse_float, "0.1 exactly", "never through float()"),
+    (parse_int_cut, "a decimal, exactly", "never int() of it"),
+    (parse_first_word, "two numbers are not one number", "not re.search or the first word"),
+    (parse_unicode_digits, "full-width digits", "use [0-9], not \\d"),
+    (parse_no_digit_cap, "41 digits", "count the digits"),
+    (parse_divides_by_zero, "division by zero", "never raise ZeroDivisionError"),
+    (parse_deletes_commas, "a bad thousands group", "do not just delete the commas"),
+    (parse_fraction_unchecked, "scientific notation is refused", "BEFORE calling Fraction"),
+    (parse_fraction_plain, "scientific notation is refused", "BEFORE calling Fraction"),
+    (parse_crashes_on_non_string, "not a string", "anything but a str"),
+    (parse_with_eval, "no evaluator on model output", "model output is data"),
+    (parse_returns_float, "an integer", "a fractions.Fraction"),
 ]
+
+
+def _name(item):
+    return getattr(item, "__name__", None) or str(item)
 
 
 @pytest.mark.parametrize("fn", [reference_parse, answers.parse_number, rewards.parse_number])
@@ -118,18 +169,42 @@ def test_parse_reference_and_package_pass(fn):
     assert_passes(checks.check_parse_number, fn)
 
 
-@pytest.mark.parametrize(("fn", "case"), PARSE_WRONG, ids=lambda x: getattr(x, "__name__", x))
-def test_parse_mistakes_fail_on_their_case(fn, case):
-    message = assert_fails_somewhere(checks.check_parse_number, fn)
-    assert f"case:     {case}\n" in message, message
+@pytest.mark.parametrize(
+    ("fn", "case", "hint"), PARSE_WRONG, ids=[f.__name__ for f, *_ in PARSE_WRONG]
+)
+def test_parse_mistakes_are_caught_by_lab_check_with_their_hint(fn, case, hint):
+    assert_caught_with_hint(checks.check_parse_number, fn, case, hint)
 
 
-def test_parse_float_is_not_exact():
-    def returns_float(text):
-        value = reference_parse(text)
-        return None if value is None else float(value)
+@pytest.mark.parametrize(
+    "fn", [fn for fn, *_ in PARSE_WRONG] + [reference_parse], ids=lambda f: f.__name__
+)
+def test_parse_public_verdict_is_the_graded_one(fn):
+    assert_same_verdict(checks.check_parse_number, fn)
 
-    assert "an integer" in assert_fails(checks.check_parse_number, returns_float)
+
+def test_parse_public_cases_cover_the_whole_table():
+    """Every example of the lab's table (accepted and refused) and the demo cell's inputs."""
+    table = ["42", "-7", "007", "3.5", "3.50", "1,080", "12,345,678", "3/4", "-3/4", " 12 "]
+    refused = ["1,08", "0,500", "1,2,3", "1e5", "1_000", "nan", "inf", "2+2", "3 or 4", "1/0"]
+    refused += ["--5", "\uff14\uff12", "0.5e0"]
+    public = {case.args[0]: case for case in checks.PARSE_PUBLIC}
+    for text in table:
+        assert public[text].expected == answers.parse_number(text) is not None, text
+    for text in refused:
+        assert public[text].expected is None and answers.parse_number(text) is None, text
+
+
+def test_the_demo_cells_mistake_is_caught():
+    """The notebook's demo printed '0.5e0' -> Fraction(1, 2) while the old check passed."""
+
+    def parse_accepts_exponent(text):
+        if isinstance(text, str) and re.fullmatch(r"[0-9]+\.[0-9]+e[0-9]+", text.strip()):
+            return Fraction(text.strip())
+        return reference_parse(text)
+
+    message = assert_caught_publicly(checks.check_parse_number, parse_accepts_exponent)
+    assert "the demo cell's 0.5e0 is refused" in message
 
 
 # --- accuracy_reward ------------------------------------------------------------------------------
@@ -188,6 +263,17 @@ def reference_reward(
     return scores
 
 
+def _with_parse(parse):
+    """A reward that is right but for its parse_number (used for golds and answers alike)."""
+
+    def reward(completions, answer, **kwargs):
+        return reference_reward(
+            completions, answer, parse=parse, final=lambda t: _final_answer(t, parse=parse)
+        )
+
+    return reward
+
+
 def reward_float_equality(completions, answer, **kwargs):
     return reference_reward(completions, answer, equal=lambda v, g: float(v) == float(g))
 
@@ -204,6 +290,18 @@ def reward_first_number(completions, answer, **kwargs):
         return None if match is None else reference_parse(match.group())
 
     return reference_reward(completions, answer, final=first)
+
+
+def reward_number_inside_the_phrase(completions, answer, **kwargs):
+    """Searches each answer spot for a number instead of requiring the spot to BE one number."""
+
+    def search(text):
+        if not isinstance(text, str):
+            return None
+        match = re.search(r"-?[0-9][0-9,]*(?:\.[0-9]+)?(?:/[0-9]+)?", text)
+        return None if match is None else reference_parse(match.group())
+
+    return reference_reward(completions, answer, final=lambda t: _final_answer(t, parse=search))
 
 
 def reward_accepts_hedges(completions, answer, **kwargs):
@@ -272,6 +370,20 @@ def reward_crashes_on_none(completions, answer, **kwargs):
     return reference_reward(completions, answer, text_of=text_of)
 
 
+def reward_crashes_on_content_none(completions, answer, **kwargs):
+    """Handles odd completions, but trusts a message's content to be a str."""
+
+    def text_of(completion):
+        if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+            return completion[-1].get("content", "")
+        return completion if isinstance(completion, str) else ""
+
+    def final(text):
+        return _final_answer(text.strip())  # None.strip(): AttributeError
+
+    return reference_reward(completions, answer, text_of=text_of, final=final)
+
+
 def reward_first_message(completions, answer, **kwargs):
     def text_of(completion):
         if isinstance(completion, list) and completion:
@@ -279,27 +391,6 @@ def reward_first_message(completions, answer, **kwargs):
         return completion if isinstance(completion, str) else None
 
     return reference_reward(completions, answer, text_of=text_of)
-
-
-def reward_fraction_unchecked(completions, answer, **kwargs):
-    parse = parse_fraction_unchecked
-    return reference_reward(
-        completions, answer, parse=parse, final=lambda t: _final_answer(t, parse=parse)
-    )
-
-
-def reward_unicode_digits(completions, answer, **kwargs):
-    parse = parse_unicode_digits
-    return reference_reward(
-        completions, answer, parse=parse, final=lambda t: _final_answer(t, parse=parse)
-    )
-
-
-def reward_no_digit_cap(completions, answer, **kwargs):
-    parse = parse_no_digit_cap  # Fraction('9' * 9000) raises ValueError: the reward crashes
-    return reference_reward(
-        completions, answer, parse=parse, final=lambda t: _final_answer(t, parse=parse)
-    )
 
 
 def reward_boxes_only(completions, answer, **kwargs):
@@ -327,24 +418,43 @@ def reward_bad_gold_scores_zero(completions, answer, **kwargs):
     return reference_reward(completions, answer, strict_gold=False)
 
 
+reward_fraction_unchecked = _with_parse(parse_fraction_unchecked)
+reward_fraction_plain = _with_parse(parse_fraction_plain)
+reward_unicode_digits = _with_parse(parse_unicode_digits)
+reward_parses_via_float = _with_parse(parse_via_float)
+reward_no_digit_cap = _with_parse(parse_no_digit_cap)  # Fraction('9' * 9000) raises ValueError
+for _fn, _name_ in [
+    (reward_fraction_unchecked, "reward_fraction_unchecked"),
+    (reward_fraction_plain, "reward_fraction_plain"),
+    (reward_unicode_digits, "reward_unicode_digits"),
+    (reward_parses_via_float, "reward_parses_via_float"),
+    (reward_no_digit_cap, "reward_no_digit_cap"),
+]:
+    _fn.__name__ = _fn.__qualname__ = _name_
+
+
 ACCURACY_WRONG = [
-    (reward_float_equality, "1/3 is not 0.3333333333333333"),
-    (reward_int_cut, "a decimal is not cut into an integer"),
-    (reward_first_number, "the final answer, not the first number"),
-    (reward_accepts_hedges, "a hedge: two different boxed answers"),
-    (reward_last_spot_only, "a hedge: two different boxed answers"),
-    (reward_uses_eval, "no evaluator on model output"),
-    (reward_eval_hidden_from_the_scan, "an expression is not evaluated"),
-    (reward_no_length_cap, "a right answer after 10,080 characters"),
-    (reward_crashes_on_none, "None and other non-strings"),
-    (reward_first_message, "the last message is scored"),
-    (reward_fraction_unchecked, "Python's number syntax is not ours"),
-    (reward_unicode_digits, "digits of other scripts"),
-    (reward_no_digit_cap, "9,000 digits inside the length cap"),
-    (reward_boxes_only, "a hedge between a box and a phrase"),
-    (reward_compares_strings, "exact values: 3.0 is 3, 0.5 is 1/2"),
-    (reward_zip_truncates, "as many golds as completions"),
-    (reward_bad_gold_scores_zero, "a gold that is not a number"),
+    (reward_float_equality, "a repeating decimal is not its fraction", "never floats"),
+    (reward_parses_via_float, "digits past a float's precision", "never through float()"),
+    (reward_int_cut, "a decimal is not cut into an integer", "never int(float(x))"),
+    (reward_first_number, "the final answer, not the first number", "not the first number"),
+    (reward_number_inside_the_phrase, "a hedge inside one phrase", "never a number searched"),
+    (reward_accepts_hedges, "a hedge: two different boxed answers", "a hedge"),
+    (reward_last_spot_only, "a hedge: two different boxed answers", "a hedge"),
+    (reward_uses_eval, "no evaluator on model output", "model output is data"),
+    (reward_eval_hidden_from_the_scan, "an expression is not evaluated", "never compute"),
+    (reward_no_length_cap, "a right answer past the length cap", "check len(text) first"),
+    (reward_crashes_on_none, "None and other non-strings", "it never raises"),
+    (reward_crashes_on_content_none, "a message whose content is None", "content can be None"),
+    (reward_first_message, "the last message is scored", "the LAST one"),
+    (reward_fraction_unchecked, "Python's number syntax is not ours", "before calling Fraction"),
+    (reward_fraction_plain, "thousands separators", "not with Fraction(text)"),
+    (reward_unicode_digits, "digits of other scripts", "[0-9], not \\d"),
+    (reward_no_digit_cap, "thousands of digits inside the length cap", "count the digits"),
+    (reward_boxes_only, "a hedge between a box and a phrase", "also next to a box"),
+    (reward_compares_strings, "exact values: 3.0 is 3, 0.5 is 1/2", "compare values"),
+    (reward_zip_truncates, "as many golds as completions", "raise ValueError"),
+    (reward_bad_gold_scores_zero, "a gold that is not a number", "a data bug"),
 ]
 
 
@@ -360,15 +470,37 @@ def test_a_notebook_style_delegate_passes():
     assert_passes(checks.check_accuracy_reward, accuracy_reward)
 
 
-@pytest.mark.parametrize(("fn", "case"), ACCURACY_WRONG, ids=lambda x: getattr(x, "__name__", x))
-def test_accuracy_mistakes_fail_on_their_case(fn, case):
-    message = assert_fails_somewhere(checks.check_accuracy_reward, fn)
-    assert f"case:     {case}\n" in message, message
+@pytest.mark.parametrize(
+    ("fn", "case", "hint"), ACCURACY_WRONG, ids=[f.__name__ for f, *_ in ACCURACY_WRONG]
+)
+def test_accuracy_mistakes_are_caught_by_lab_check_with_their_hint(fn, case, hint):
+    assert_caught_with_hint(checks.check_accuracy_reward, fn, case, hint)
 
 
-def test_feedback_for_a_crash_names_the_error():
-    message = assert_fails(checks.check_accuracy_reward, reward_crashes_on_none, hidden=True)
-    assert "raised TypeError" in message and "never raises" in message
+@pytest.mark.parametrize(
+    "fn", [fn for fn, *_ in ACCURACY_WRONG] + [reference_reward], ids=lambda f: f.__name__
+)
+def test_accuracy_public_verdict_is_the_graded_one(fn):
+    assert_same_verdict(checks.check_accuracy_reward, fn)
+
+
+@pytest.mark.parametrize(
+    ("fn", "error"),
+    [
+        (reward_crashes_on_none, "raised TypeError"),
+        (reward_crashes_on_content_none, "raised AttributeError"),
+    ],
+    ids=lambda x: getattr(x, "__name__", x),
+)
+def test_feedback_for_a_crash_names_the_error_and_the_line(fn, error):
+    message = assert_fails(checks.check_accuracy_reward, fn)
+    assert error in message and "never raise" in message and "of your code" in message, message
+
+
+def test_every_failing_case_is_named():
+    """Every case runs, the error cases too: the others that fail are listed after the first."""
+    message = assert_fails(checks.check_accuracy_reward, reward_zip_truncates)
+    assert "as many golds as completions (random)" in message.split("also failing", 1)[1]
 
 
 def test_stubs_get_clear_feedback():
@@ -379,30 +511,58 @@ def test_stubs_get_clear_feedback():
     assert "define `parse_number`" in assert_fails(checks.check_parse_number, ...)
 
 
-# --- the cases: expected values are the package's ---------------------------------------------
+# --- the cases: expected values are the package's, hidden cases are twins of public ones ---------
 
 
-def test_every_expected_value_is_the_packages():
-    for case in checks.PARSE_PUBLIC + checks.PARSE_HIDDEN:
+@pytest.mark.parametrize("seed", [PUBLIC_SEED, *GRADER_SEEDS, *range(100, 140)])
+def test_every_expected_value_is_the_packages(seed):
+    for case in checks.parse_twins(seed) + (checks.PARSE_PUBLIC if seed == PUBLIC_SEED else []):
         got = answers.parse_number(*case.args)
-        assert case.expected is None or got == case.expected, case.name
-    for case in checks.ACCURACY_PUBLIC + checks.ACCURACY_HIDDEN:
+        assert got == case.expected if case.expected is not None else got is None, case.name
+    accuracy = checks.accuracy_twins(seed) + (checks.ACCURACY_PUBLIC if seed == PUBLIC_SEED else [])
+    for case in accuracy:
         assert case.expected is not None, case.name
         assert rewards.accuracy_reward(*case.args) == case.expected, case.name
-    for case in checks.ACCURACY_HIDDEN_ERRORS:
+    errors = checks.accuracy_error_twins(seed) + checks.ACCURACY_PUBLIC_ERRORS
+    for case in errors:
         with pytest.raises(ValueError):
             rewards.accuracy_reward(*case.args)
 
 
-def test_hidden_cases_outnumber_public_ones_and_names_are_unique():
-    assert len(checks.PARSE_HIDDEN) > len(checks.PARSE_PUBLIC)
-    assert len(checks.ACCURACY_HIDDEN) > len(checks.ACCURACY_PUBLIC)
+def _kind(case):
+    """A case's kind: its name without drawn numbers, and the types of its inputs."""
+    shape = [type(arg).__name__ for arg in case.args]
+    if len(case.args) == 2:  # accuracy_reward: the types of the completions
+        shape += sorted({type(c).__name__ for c in case.args[0]})
+    return re.sub(r"[0-9][0-9,.]*", "#", case.name), shape
+
+
+@pytest.mark.parametrize(
+    "twins", [checks.parse_twins, checks.accuracy_twins, checks.accuracy_error_twins]
+)
+def test_hidden_twins_are_fresh_values_of_the_public_kinds(twins):
+    public = twins(PUBLIC_SEED)
+    for seed in (*GRADER_SEEDS, 98_765):
+        hidden = twins(seed)
+        assert [_kind(c) for c in public] == [_kind(c) for c in hidden]
+        different = [p.args != h.args for p, h in zip(public, hidden, strict=True)]
+        assert sum(different) >= len(public) // 2, seed
+
+
+def test_case_names_are_unique_within_an_exercise():
     for cases in (
-        checks.PARSE_PUBLIC + checks.PARSE_HIDDEN,
-        checks.ACCURACY_PUBLIC + checks.ACCURACY_HIDDEN + checks.ACCURACY_HIDDEN_ERRORS[1:],
+        checks.PARSE_PUBLIC + checks.parse_twins(PUBLIC_SEED),
+        checks.ACCURACY_PUBLIC
+        + checks.accuracy_twins(PUBLIC_SEED)
+        + checks.ACCURACY_PUBLIC_ERRORS
+        + checks.accuracy_error_twins(PUBLIC_SEED),
     ):
         names = [case.name for case in cases]
         assert len(names) == len(set(names)), "case names must be unique within an exercise"
+
+
+def test_no_hidden_case_list_ships():
+    assert not [name for name in vars(checks) if name.endswith("HIDDEN")]
 
 
 # --- the security scan ----------------------------------------------------------------------------
@@ -480,8 +640,8 @@ def test_scan_allows_ordinary_code():
 
 
 def test_hedge_question():
-    lenient = torch.tensor(checks.lenient_accuracy(checks.GROUP, checks.GOLD))
-    strict = torch.tensor(rewards.accuracy_reward(checks.GROUP, checks.GOLD))
+    lenient = torch.tensor(checks.lenient_accuracy(checks.GROUP, checks.GOLDS))
+    strict = torch.tensor(rewards.accuracy_reward(checks.GROUP, checks.GOLDS))
     assert lenient.tolist() == [1.0, 0.0, 1.0, 1.0] and strict.tolist() == [1.0, 0.0, 0.0, 0.0]
     right_lenient = advantages.group_advantages(lenient, 4)[2].item()
     right_strict = advantages.group_advantages(strict, 4)[2].item()

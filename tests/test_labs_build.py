@@ -1,27 +1,43 @@
 """The labs as a whole: the committed student notebooks are what `make labs` writes; the grader
-gives the solutions full marks and the unfilled stubs zero; `grpo-minimal lab check` passes a
-notebook filled with the package's own functions and fails one with a single wrong function."""
+gives the solutions full marks and the unfilled stubs zero, with a feedback file for each; the
+grader's seed reaches only the autograder zips; a rebuild never overwrites a learner's notebook;
+a folder of bad submissions still grades the good one; `grpo-minimal lab check` passes a notebook
+filled with the package's own functions and shows a learner's wrong function, exception and
+syntax error as they are."""
 
 from __future__ import annotations
 
 import csv
+import importlib
 import json
+import pkgutil
+import secrets
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
 
+import grpo_minimal
 from grpo_minimal import cli
-from grpo_minimal.labs.build import STUDENT_DIR, build_labs, lab_sources
+from grpo_minimal.labs.build import (
+    STUDENT_DIR,
+    build_labs,
+    lab_sources,
+    refuse_to_overwrite,
+    unchanged_since_build,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
+SEED = secrets.randbits(48)  # drawn here, as `lab build` draws it: no file can hold it already
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One fresh build of every lab into a temporary folder."""
+    """One fresh build of every lab into a temporary folder, with a freshly drawn grader seed."""
     out = tmp_path_factory.mktemp("labs")
-    names = build_labs(ROOT / "instructor/labs", out / "student", out / "grader")
+    names, seed = build_labs(ROOT / "instructor/labs", out / "student", out / "grader", seed=SEED)
+    assert seed == SEED
     return out, names
 
 
@@ -68,11 +84,73 @@ def test_grader_full_marks_for_solutions_zero_for_stubs(built, tmp_path):
     assert code == 0
     rows = {row["notebook"]: row for row in csv.DictReader(grades.open())}
     assert len(rows) == 2 * len(names)
+    feedback = tmp_path / "grades-feedback"
     for name in names:
         solution, stub = rows[f"{name}-solution.ipynb"], rows[f"{name}-stub.ipynb"]
         assert float(solution["possible"]) > 0
         assert float(solution["total"]) == float(solution["possible"]), solution
         assert float(stub["total"]) == 0.0, stub
+        assert not solution["problem"] and not stub["problem"]
+        first_failures = [v for k, v in stub.items() if k.endswith(" first failure")]
+        assert first_failures and all(first_failures), stub  # every lost point has a case name
+        assert not any(v for k, v in solution.items() if k.endswith(" first failure"))
+        stub_text = (feedback / f"{name}-stub.txt").read_text()
+        assert "FAIL" in stub_text and "case:" in stub_text and "hint:" in stub_text
+        assert "FAIL" not in (feedback / f"{name}-solution.txt").read_text()
+    capstone = (feedback / "07_capstone-solution.txt").read_text()
+    assert "measured:" in capstone and "untrained" in capstone and "target of +" in capstone
+
+
+def _installed_files() -> list[Path]:
+    return [p for p in Path(grpo_minimal.__file__).parent.rglob("*") if p.is_file()]
+
+
+def test_the_grader_seed_reaches_only_the_autograder_zips(built):
+    out, names = built
+    for name in names:
+        with zipfile.ZipFile(out / "grader" / f"{name}-autograder.zip") as autograder:
+            tests = "".join(
+                autograder.read(n).decode() for n in autograder.namelist() if n.startswith("tests/")
+            )
+        assert "GRADER_SEED" not in tests, name
+        assert f"seed={SEED}" in tests, f"{name}: its hidden checks do not use the grader's seed"
+        assert str(SEED) not in (out / "student" / f"{name}.ipynb").read_text(), name
+    for path in _installed_files():  # the package a learner installs never holds the seed
+        assert str(SEED).encode() not in path.read_bytes(), path
+
+
+def test_nothing_a_learner_imports_holds_hidden_cases():
+    """No module of the package holds a hidden case list; the graded cases and problems are drawn
+    from the grader's seed, and what a learner can draw without it (seed 0, the public twins,
+    or any module attribute) is not the graded set."""
+    from grpo_minimal.labs import capstone
+
+    for info in pkgutil.walk_packages(grpo_minimal.__path__, "grpo_minimal."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        hidden = [n for n in vars(module) if "HIDDEN" in n.upper() or n == "GRADER_SEED"]
+        assert not hidden, f"{info.name} ships {hidden}"
+    graded = {row["prompt"] for row in capstone.graded_problems(SEED)}
+    assert len(graded) == sum(capstone.GRADED_COUNTS.values())
+    assert graded != {row["prompt"] for row in capstone.graded_problems(0)}
+
+
+def test_a_rebuild_never_overwrites_a_learners_notebook(built, tmp_path):
+    out, names = built
+    student = tmp_path / "student"
+    shutil.copytree(out / "student", student)
+    assert all(unchanged_since_build(student / f"{n}.ipynb") for n in names)
+    assert all(unchanged_since_build(ROOT / STUDENT_DIR / f"{n}.ipynb") for n in names)
+    sources = lab_sources(ROOT / "instructor/labs")
+    refuse_to_overwrite(student, sources)  # fresh builds may be rebuilt
+    filled = student / "01_advantages.ipynb"
+    notebook = json.loads(filled.read_text())
+    notebook["cells"][3]["source"] = "# my work"
+    filled.write_text(json.dumps(notebook))
+    with pytest.raises(FileExistsError, match="01_advantages.ipynb has changed since it was built"):
+        build_labs(ROOT / "instructor/labs", student, tmp_path / "grader", only="01_advantages")
+    assert json.loads(filled.read_text())["cells"][3]["source"] == "# my work"
 
 
 def _filled(student: Path, answers: dict[int, str], dest: Path) -> Path:
@@ -91,28 +169,76 @@ PACKAGE_ANSWERS_01 = {
     2: "from grpo_minimal.advantages import population_std_advantages\n"
     "seed_group = torch.tensor(checks.SEED_GROUP)\n"
     "advantage_population = population_std_advantages(seed_group, 4)[0].item()\n"
-    "advantage_unbiased = group_advantages(seed_group, 4)[0].item()",
+    "advantage_sample = group_advantages(seed_group, 4)[0].item()",
 }
 
 
-def test_lab_check_passes_package_functions_and_fails_one_wrong(tmp_path, capsys):
+def test_lab_check_passes_package_functions_and_shows_the_learners_errors(tmp_path, capfd):
     student = ROOT / STUDENT_DIR / "01_advantages.ipynb"
-    shutil.copy(student, tmp_path / "01_advantages.ipynb")  # otter.Notebook reads it by name
     good = _filled(student, PACKAGE_ANSWERS_01, tmp_path / "01_advantages.ipynb")
     assert cli.main(["lab", "check", str(good)]) == 0
-    assert "FAIL" not in capsys.readouterr().out
+    out, err = capfd.readouterr()
+    assert "FAIL" not in out and "ERROR" not in out
+    assert "WARNING" not in out + err, "the kernel's warning reached the learner"
 
-    wrong = dict(PACKAGE_ANSWERS_01)
-    wrong[1] = (  # RLOO with the sample itself in its baseline: the mean-centred advantage
-        "from grpo_minimal.advantages import group_advantages as _g\n"
-        "def rloo_advantages(rewards, num_generations):\n"
-        "    return _g(rewards, num_generations, 'none')"
-    )
+    wrong = {
+        0: "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
+        "    grouped = rewards.float().view(-1, num_generations)\n"
+        "    return (grouped - grouped.mean(dim=1, keepdim=Tru)) / (grouped.std() + eps)",
+        1: "from grpo_minimal.advantages import group_advantages as _g\n"  # RLOO with the sample
+        "def rloo_advantages(rewards, num_generations):\n"  # in its own baseline
+        "    return _g(rewards, num_generations, 'none')",
+        2: "advantage_population = (1.0\n",  # unclosed parenthesis
+    }
     bad = _filled(student, wrong, tmp_path / "01_advantages.ipynb")
     assert cli.main(["lab", "check", str(bad)]) == 1
-    out = capsys.readouterr().out
-    assert "PASS  group_advantages" in out and "FAIL  rloo_advantages" in out
+    out, err = capfd.readouterr()
+    assert "FAIL  group_advantages" in out and "FAIL  rloo_advantages" in out
+    assert "raised NameError: name 'Tru' is not defined" in out  # the learner's own exception...
+    assert "line 3 of your code" in out and "keepdim=Tru" in out  # ...and the line that raised it
     assert "case:" in out and "expected:" in out and "got:" in out
+    assert "ERROR cell" in out and "SyntaxError" in out  # the parse error, said as such
+    assert "WARNING" not in out + err
+
+
+def _grade_folder_of_bad_submissions(tmp_path, grader):
+    student = ROOT / STUDENT_DIR / "01_advantages.ipynb"
+    folder = tmp_path / "class"
+    folder.mkdir()
+    _filled(student, PACKAGE_ANSWERS_01, folder / "a-good.ipynb")
+    _filled(student, {0: "while True:\n    pass"}, folder / "b-loops.ipynb")
+    _filled(student, {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
+            folder / "c-syntax.ipynb")  # fmt: skip
+    shutil.copy(ROOT / "notebooks/01_group_relative_advantage.ipynb", folder / "d-not-a-lab.ipynb")
+    _filled(student, {0: "import os, shutil\nfor name in os.listdir('.'):\n"
+                         "    shutil.rmtree(name, ignore_errors=True)\n"
+                         "    if os.path.exists(name): os.remove(name)"},
+            folder / "e-deletes.ipynb")  # fmt: skip
+    _filled(student, PACKAGE_ANSWERS_01, folder / "f-good-after.ipynb")
+    grades = tmp_path / "grades.csv"
+    code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),
+                     "--timeout", "120"])  # fmt: skip
+    return code, {row["notebook"]: row for row in csv.DictReader(grades.open())}, folder
+
+
+def test_a_folder_of_bad_submissions_still_grades_the_good_ones(built, tmp_path):
+    out, _ = built
+    code, rows, folder = _grade_folder_of_bad_submissions(tmp_path, out / "grader")
+    assert code == 0 and len(rows) == 6
+    for good in ("a-good.ipynb", "f-good-after.ipynb"):
+        assert float(rows[good]["total"]) == float(rows[good]["possible"]) > 0, rows[good]
+        assert not rows[good]["problem"]
+    assert "time limit of 120 s" in rows["b-loops.ipynb"]["problem"]
+    assert "SyntaxError" in rows["c-syntax.ipynb"]["problem"]
+    assert "cell" in rows["c-syntax.ipynb"]["problem"]
+    assert "not a lab notebook" in rows["d-not-a-lab.ipynb"]["problem"]
+    assert rows["e-deletes.ipynb"]["problem"] or float(rows["e-deletes.ipynb"]["total"]) < float(
+        rows["a-good.ipynb"]["possible"]
+    )
+    assert sorted(p.name for p in folder.iterdir()) == sorted(rows)  # nothing deleted
+    feedback = tmp_path / "grades-feedback"
+    assert "time limit" in (feedback / "b-loops.txt").read_text()
+    assert "not a lab notebook" in (feedback / "d-not-a-lab.txt").read_text()
 
 
 def test_lab_check_refuses_a_non_lab_notebook():

@@ -1,17 +1,18 @@
 """Lab 01 checks: group-relative advantages (notebook 01, equations (1)-(3)).
 
 Exercises mirror ``grpo_minimal.advantages``: ``group_advantages`` and ``rloo_advantages`` with
-the same names and signatures; a question on the population vs the unbiased std.
+the same names and signatures; a question on the population vs the sample (Bessel-corrected) std.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
 from grpo_minimal import advantages as package
-from grpo_minimal.labs.checking import Case, check_answer, run_cases
+from grpo_minimal.labs.checking import Case, cases_for, check_answer, draw_int, generator, run_cases
 
 
 def _t(*values: float) -> torch.Tensor:
@@ -22,13 +23,13 @@ GROUP_PUBLIC = [
     Case(
         "one group, G=4",
         (_t(1, 0, 0, 1), 4),
-        hint="subtract the group mean, divide by the group's unbiased std (torch.std) + eps",
+        hint="subtract the group mean, divide by the group's sample std (torch.std, G-1) + eps",
     ),
     Case(
         "the seed's group: three right, one wrong",
         (_t(1, 1, 0, 1), 4),
         expected=[0.25 / (0.5 + 1e-4)] * 2 + [-0.75 / (0.5 + 1e-4), 0.25 / (0.5 + 1e-4)],
-        hint="mean 0.75, unbiased std 0.5: the correct answers get 0.25/(0.5+eps) = +0.5, not +0.58",
+        hint="mean 0.75, sample std 0.5: the correct answers get 0.25/(0.5+eps) = +0.5, not +0.58",
     ),
     Case(
         "zero-variance group",
@@ -54,48 +55,66 @@ GROUP_PUBLIC = [
 ]
 
 
-def _random_rewards(seed: int, groups: int, size: int, kind: str) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
+def _draw(g: torch.Generator, groups: int, size: int, kind: str) -> torch.Tensor:
+    """Flat rewards [groups * size]: binary, normal (float32) or small integers (int64)."""
     if kind == "binary":
-        return torch.randint(0, 2, (groups * size,), generator=generator).float()
-    return torch.randn(groups * size, generator=generator) * 3 + 1
+        return torch.randint(0, 2, (groups * size,), generator=g).float()
+    if kind == "integer":
+        return torch.randint(0, 5, (groups * size,), generator=g)
+    return torch.randn(groups * size, generator=g) * 3 + 1
 
 
-GROUP_HIDDEN = [
-    *(
+def group_twins(seed: int) -> list[Case]:
+    """One case of every kind ``group_advantages`` is graded on, with values drawn from ``seed``."""
+    g = generator(seed)
+    size = draw_int(g, 3, 8)
+    constant = float(torch.randint(-3, 4, (1,), generator=g))
+    flat = torch.full((size,), constant)
+    eps = [0.5, 0.1, 1.0][draw_int(g, 0, 2)]
+    return [
         Case(
-            f"random {kind} rewards, {groups} groups of {size}, scale={scale}",
-            (_random_rewards(seed, groups, size, kind), size, scale),
-            hint="compare each step with equations (1)-(2) of notebook 01",
-        )
-        for seed, (groups, size, kind, scale) in enumerate(
-            [
-                (3, 8, "binary", "group"),
-                (5, 2, "normal", "group"),
-                (4, 16, "normal", "batch"),
-                (6, 3, "binary", "none"),
-                (2, 5, "normal", "group"),
-                (3, 4, "binary", "batch"),
-            ]
-        )
-    ),
-    Case(
-        "integer rewards",
-        (torch.tensor([2, 0, 1, 1]), 4),
-        hint="integer tensors have no std: convert the rewards to float first",
-    ),
-    Case(
-        "a larger eps",
-        (_t(3, 1, 2, 2), 4),
-        {"scale_rewards": "group", "eps": 0.5},
-        hint="use the eps argument, do not hard-code 1e-4",
-    ),
-    Case(
-        "batch scale with a zero-variance group",
-        (_t(1, 1, 1, 1, 0, 1, 0, 0), 4, "batch"),
-        hint="the batch std pools every reward; the flat group's advantages are still 0",
-    ),
-]
+            f"binary rewards, 3 groups of {size}",
+            (_draw(g, 3, size, "binary"), size),
+            hint="equation (2) for each group of G consecutive rewards",
+        ),
+        Case(
+            "normal rewards, groups of 2",
+            (_draw(g, 4, 2, "normal"), 2),
+            hint="with G=2 each group's two advantages are +-(r1-r2)/2 / (std + eps)",
+        ),
+        Case(
+            f"a zero-variance group of {size}, every reward {constant:g}",
+            (flat, size),
+            expected=[0.0] * size,
+            hint="all rewards equal: every advantage is 0 / (0 + eps) = 0, never NaN",
+        ),
+        Case(
+            f"normal rewards, scale_rewards='batch', groups of {size}",
+            (_draw(g, 2, size, "normal"), size, "batch"),
+            hint="'batch': centre by the group mean, divide by the std of all rewards in the batch",
+        ),
+        Case(
+            f"binary rewards, scale_rewards='none', groups of {size}",
+            (_draw(g, 3, size, "binary"), size, "none"),
+            hint="'none' is equation (1): r_i - mean(group), no division (Dr. GRPO)",
+        ),
+        Case(
+            "integer rewards (int64), groups of 4",
+            (_draw(g, 2, 4, "integer"), 4),
+            hint="integer tensors have no mean or std: convert the rewards to float first",
+        ),
+        Case(
+            f"eps={eps} passed by keyword",
+            (_draw(g, 1, 4, "normal"), 4),
+            {"scale_rewards": "group", "eps": eps},
+            hint="use the eps argument, do not hard-code 1e-4",
+        ),
+        Case(
+            "scale_rewards='batch' with a zero-variance group",
+            (torch.cat([torch.full((4,), constant), _draw(g, 1, 4, "binary")]), 4, "batch"),
+            hint="the batch std pools every reward; the flat group's advantages are still 0",
+        ),
+    ]
 
 
 RLOO_PUBLIC = [
@@ -117,52 +136,72 @@ RLOO_PUBLIC = [
     ),
 ]
 
-RLOO_HIDDEN = [
-    Case(
-        f"random rewards, {groups} groups of {size}",
-        (_random_rewards(100 + seed, groups, size, "normal"), size),
-        hint="baseline_i = (sum(group) - r_i) / (G - 1)",
-    )
-    for seed, (groups, size) in enumerate([(3, 2), (2, 5), (4, 8)])
-] + [
-    Case(
-        "G=2",
-        (_t(3, 1), 2),
-        expected=[2.0, -2.0],
-        hint="with G=2 the other mean is the other reward",
-    )
-]
+
+def rloo_twins(seed: int) -> list[Case]:
+    """One case of every kind ``rloo_advantages`` is graded on, with values drawn from ``seed``."""
+    g = generator(seed)
+    size = draw_int(g, 3, 8)
+    return [
+        Case(
+            f"normal rewards, 3 groups of {size}",
+            (_draw(g, 3, size, "normal"), size),
+            hint="baseline_i = (sum(group) - r_i) / (G - 1)",
+        ),
+        Case(
+            "G=2",
+            (_draw(g, 2, 2, "normal"), 2),
+            hint="with G=2 the mean of the others is the other reward",
+        ),
+        Case(
+            "integer rewards (int64), groups of 4",
+            (_draw(g, 2, 4, "integer"), 4),
+            hint="convert integer rewards to float before dividing",
+        ),
+    ]
 
 
-def check_group_advantages(fn: Callable, hidden: bool = False) -> None:
-    """Public cases, or the hidden ones used for grading."""
-    run_cases(
-        fn, "group_advantages", GROUP_HIDDEN if hidden else GROUP_PUBLIC, package.group_advantages
-    )
+def check_group_advantages(fn: Callable, seed: int | None = None) -> None:
+    """The public cases and their twins; with the grader's ``seed``, fresh twins only."""
+    cases = cases_for(GROUP_PUBLIC, group_twins, seed)
+    run_cases(fn, "group_advantages", cases, package.group_advantages)
 
 
-def check_rloo_advantages(fn: Callable, hidden: bool = False) -> None:
-    run_cases(
-        fn, "rloo_advantages", RLOO_HIDDEN if hidden else RLOO_PUBLIC, package.rloo_advantages
-    )
+def check_rloo_advantages(fn: Callable, seed: int | None = None) -> None:
+    cases = cases_for(RLOO_PUBLIC, rloo_twins, seed)
+    run_cases(fn, "rloo_advantages", cases, package.rloo_advantages)
 
 
 # The seed's worked example ("15 + 27", seed 000 lines 609-621): rewards [1, 1, 0, 1].
 SEED_GROUP = (1.0, 1.0, 0.0, 1.0)
 
 
-def check_std_question(advantage_population: float, advantage_unbiased: float) -> None:
-    """The advantage of a correct answer in SEED_GROUP with each std (eps = 1e-4)."""
+def check_std_question(advantage_population: float, advantage_sample: float) -> None:
+    """The advantage of a correct answer in SEED_GROUP with each std (eps = 1e-4): one float each."""
     rewards = torch.tensor(SEED_GROUP)
-    check_answer(
-        "advantage of a correct answer, population std",
-        advantage_population,
-        package.population_std_advantages(rewards, 4)[0].item(),
-        "population std divides the squared deviations by G: torch.std(..., unbiased=False)",
-    )
-    check_answer(
-        "advantage of a correct answer, unbiased std",
-        advantage_unbiased,
-        package.group_advantages(rewards, 4)[0].item(),
-        "the unbiased (sample) std divides by G-1, as TRL does",
-    )
+    population = package.population_std_advantages(rewards, 4)[0].item()
+    sample = package.group_advantages(rewards, 4)[0].item()
+    for name, got, expected, other, hint in [
+        ("advantage of a correct answer, population std", advantage_population, population,
+         sample, "the population std divides the squared deviations by G: "
+         "torch.std(..., unbiased=False)"),
+        ("advantage of a correct answer, sample std", advantage_sample, sample, population,
+         "the sample (Bessel-corrected) std divides by G-1, as torch.std and TRL do"),
+    ]:  # fmt: skip
+        check_answer(name, got, expected, _std_hint(got, other) or hint)
+
+
+def _std_hint(got, other: float) -> str | None:
+    """A hint for the usual slips: a tensor, the other std, the wrong answer's sign, no std."""
+    if isinstance(got, torch.Tensor) and got.numel() != 1:
+        return (
+            "one float is asked for: the advantage of one correct answer, e.g. `result[0].item()`"
+        )
+    if isinstance(got, int | float | torch.Tensor) and not isinstance(got, bool):
+        value = float(got)
+        if math.isclose(value, other, rel_tol=1e-3):
+            return "this is the value with the other std: swap the two answers"
+        if value < 0:
+            return "a correct answer (reward 1) is above the mean: its advantage is positive"
+        if math.isclose(value, 0.25, rel_tol=1e-3):
+            return "that is r - mean alone: divide by the std (+ eps)"
+    return None

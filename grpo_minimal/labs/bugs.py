@@ -5,7 +5,7 @@ version in ``SeedTrainer``, which carries one bug copied from the course's seed 
 
     sample_group      step 1, one ``generate`` call for the batch    (seed 000 lines 279-289 loop)
     make_rollout      steps 1-3 on the SAME completions               (seed 001 lines 91-102 resample)
-    group_advantages  equation (2), the unbiased std                  (seed 000 lines 609-621: population)
+    group_advantages  equation (2), the sample std                    (seed 000 lines 609-621: population)
     kl_penalty        equation (7), k3, with its gradient             (seed 002 lines 49-53: detached)
     grpo_update       equations (5)-(8), pi_old = the sampling policy (seed 001 lines 107-110: pi_ref)
 
@@ -15,6 +15,10 @@ fix changes, not the source text: the number of ``generate`` calls, which comple
 function scored, the gradient the KL term gives, the ratio over several updates on one batch.
 ``make_rollout`` and ``grpo_update`` are checked with the reference versions of the other
 exercises bound in their place (``bind``), so each check measures one fix.
+
+Each exercise has hand-written public cases and a ``*_twins(seed)`` function that draws one case
+of every kind it is graded on (``checking.cases_for``): ``lab check`` runs both (the twins with
+``PUBLIC_SEED``), grading runs the twins of the grader's seed only.
 """
 
 from __future__ import annotations
@@ -25,11 +29,20 @@ import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from grpo_minimal import advantages as package
-from grpo_minimal.labs.checking import Case, close, run_cases
+from grpo_minimal.labs.checking import (
+    Case,
+    cases_for,
+    close,
+    draw_int,
+    generator,
+    require_function,
+    run_cases,
+)
 
 VOCAB = 4  # the tokens are the digits 0..3
 LENGTH = 3  # every completion has 3 tokens: no padding, no EOS, no mask
@@ -99,7 +112,7 @@ def sum_reward(prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor
 
 
 def distance_reward(prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """A denser reward for the hidden checks: minus the distance of the digit sum to the target."""
+    """A denser reward for the checks: minus the distance of the digit sum to the target."""
     targets = prompts.repeat_interleave(completions.shape[0] // prompts.shape[0])
     return -(completions.sum(dim=1) - targets).abs().float()
 
@@ -164,7 +177,7 @@ def make_rollout(
 def group_advantages(
     rewards: torch.Tensor, num_generations: int, eps: float = 1e-4
 ) -> torch.Tensor:
-    """Equation (2) with the unbiased (G-1) std: flat rewards [P*G] -> flat advantages [P*G]."""
+    """Equation (2) with the sample (G-1) std: flat rewards [P*G] -> flat advantages [P*G]."""
     grouped = rewards.float().view(-1, num_generations)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
     return (centred / (grouped.std(dim=1, keepdim=True) + eps)).reshape(-1)
@@ -373,7 +386,7 @@ def _measured(
 ) -> None:
     """Run ``probe(bound fn, *case.args)`` on every case; the expected value is the probe of
     the reference function unless the case gives one."""
-    run_cases(fn, name, [])  # a clear message when the function is not defined yet
+    require_function(fn, name)
     learner = bind(fn, {k: v for k, v in helpers.items() if k != name})
     reference = REFERENCE_TRAINER[name]
     with _one_thread():
@@ -383,6 +396,25 @@ def _measured(
             cases,
             lambda *a, **k: probe(reference, *a, **k),
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing the twins: every value comes from ``generator(seed)``; the structure of each kind
+# (how many prompts, which edge) is fixed, so a drawn value never makes a new kind of case.
+
+
+def _pick(g: torch.Generator, *values: Any) -> Any:
+    return values[draw_int(g, 0, len(values) - 1)]
+
+
+def _seed(g: torch.Generator) -> int:
+    """A seed for a toy policy and for the sampling under ``torch.manual_seed``."""
+    return draw_int(g, 0, 9_999)
+
+
+def _draw_prompts(g: torch.Generator, low: int, high: int) -> torch.Tensor:
+    """``low`` to ``high`` distinct target sums in a drawn order."""
+    return torch.randperm(TARGETS, generator=g)[: draw_int(g, low, high)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,56 +438,66 @@ SAMPLE_HINT = (
     "(seed 000 lines 279-289, inside a loop over prompts at 345-347) decodes P*G times, one "
     "after another"
 )
+ORDER_HINT = (
+    "consecutive blocks of G rows per prompt, as generate(num_return_sequences=G) returns them "
+    "(prompts.repeat(G) interleaves the prompts instead)"
+)
+
+
+def _calls_case(name: str, prompts: torch.Tensor, group: int) -> Case:
+    return Case(
+        name,
+        ("generate calls", prompts, group),
+        expected=1,
+        show=f"prompts {prompts.tolist()}, G={group}: the number of policy.generate calls",
+        hint=SAMPLE_HINT,
+    )
+
+
+def _order_case(name: str, prompts: torch.Tensor, group: int) -> Case:
+    return Case(
+        name,
+        ("order", prompts, group),
+        show=f"prompts {prompts.tolist()}, G={group}, a policy that answers prompt p with "
+        "(p, p+1, p+2) mod 4",
+        hint=ORDER_HINT,
+    )
+
+
 SAMPLE_PUBLIC = [
-    Case(
-        "one generate call for the whole batch",
-        ("generate calls", _prompts(4, 6), 4),
-        expected=1,
-        show="2 prompts, G=4: the number of policy.generate calls",
-        hint=SAMPLE_HINT,
-    ),
-    Case(
-        "completion i answers prompt i // G",
-        ("order", _prompts(2, 0, 1), 2),
-        show="prompts [2, 0, 1], G=2, a policy that answers prompt p with (p, p+1, p+2) mod 4",
-        hint="consecutive blocks of G rows per prompt, as generate(num_return_sequences=G) "
-        "returns them (prompts.repeat(G) interleaves the prompts instead)",
-    ),
-]
-SAMPLE_HIDDEN = [
-    Case(
-        "one call for a single prompt",
-        ("generate calls", _prompts(7), 16),
-        expected=1,
-        show="1 prompt, G=16: the number of policy.generate calls",
-        hint=SAMPLE_HINT,
-    ),
-    Case(
-        "one call for five prompts",
-        ("generate calls", _prompts(1, 2, 3, 4, 5), 3),
-        expected=1,
-        show="5 prompts, G=3: the number of policy.generate calls",
-        hint=SAMPLE_HINT,
-    ),
-    Case(
-        "rows in blocks of G, four prompts",
-        ("order", _prompts(3, 1, 0, 2), 3),
-        show="prompts [3, 1, 0, 2], G=3, a policy that answers prompt p with (p, p+1, p+2) mod 4",
-        hint="row i answers prompt i // G",
-    ),
-    Case(
-        "the completions are generate's own samples",
-        ("completions", _prompts(5, 2, 8, 4), 4, 3),
-        show="4 prompts, G=4, torch.manual_seed(3): the returned completions",
-        hint="return what the single generate call sampled, unchanged (no reordering, no "
-        "second sample)",
-    ),
+    _calls_case("one generate call for the whole batch", _prompts(4, 6), 4),
+    _order_case("completion i answers prompt i // G", _prompts(2, 0, 1), 2),
 ]
 
 
-def check_sample_group(fn: Callable, hidden: bool = False) -> None:
-    """Public cases, or the hidden ones used for grading."""
-    cases = SAMPLE_HIDDEN if hidden else SAMPLE_PUBLIC
+def sample_twins(seed: int) -> list[Case]:
+    """One case of every kind ``sample_group`` is graded on, with values drawn from ``seed``."""
+    g = generator(seed)
+    batch, size = _draw_prompts(g, 2, 5), draw_int(g, 2, 8)
+    single, large = _draw_prompts(g, 1, 1), draw_int(g, 9, 16)
+    # prompts with distinct answers under the fixed policy (p mod 4 differs), so the order shows
+    count = draw_int(g, 3, 4)
+    residues = torch.randperm(4, generator=g)[:count]
+    ordered, blocks = residues + 4 * torch.randint(0, 2, (count,), generator=g), draw_int(g, 2, 4)
+    sampled, sampled_size, torch_seed = _draw_prompts(g, 2, 5), draw_int(g, 2, 6), _seed(g)
+    return [
+        _calls_case(f"one generate call for {len(batch)} prompts, G={size}", batch, size),
+        _calls_case(f"one generate call for a single prompt, G={large}", single, large),
+        _order_case(f"completion i answers prompt i // G, G={blocks}", ordered, blocks),
+        Case(
+            f"the completions are generate's own samples, {len(sampled)} prompts, G={sampled_size}",
+            ("completions", sampled, sampled_size, torch_seed),
+            show=f"prompts {sampled.tolist()}, G={sampled_size}, a random policy, "
+            f"torch.manual_seed({torch_seed}): the returned completions",
+            hint="return what the single generate call sampled, unchanged (no reordering, no "
+            "second sample)",
+        ),
+    ]
+
+
+def check_sample_group(fn: Callable, seed: int | None = None) -> None:
+    """The public cases and their twins; with the grader's ``seed``, fresh twins only."""
+    cases = cases_for(SAMPLE_PUBLIC, sample_twins, seed)
     _measured(fn, "sample_group", cases, _probe_sample_group, REFERENCE_TRAINER)
 
 
@@ -490,6 +532,13 @@ def time_sample_group(
 # Exercise 2: make_rollout (bug (b), seed 001 lines 91-102)
 
 
+REWARDS = {"sum": sum_reward, "distance": distance_reward}
+REWARD_TEXT = {
+    "sum": "reward = 1 if the digits add up to the prompt",
+    "distance": "reward = -|digit sum - prompt|",
+}
+
+
 def _probe_make_rollout(
     fn: Callable,
     prompts: torch.Tensor,
@@ -498,7 +547,7 @@ def _probe_make_rollout(
     reward: str = "sum",
 ) -> dict:
     policy = CountingPolicy(seed, scale=1.0)
-    reward_fn = RecordingReward(sum_reward if reward == "sum" else distance_reward)
+    reward_fn = RecordingReward(REWARDS[reward])
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         rollout = fn(policy, prompts, reward_fn, num_generations)
@@ -520,36 +569,43 @@ def _probe_make_rollout(
 
 
 ROLLOUT_HINT = (
-    "score the completions you return, and return the completions you scored: sample once. "
-    "Seed 001 samples again after the rewards (line 102), so advantage i multiplies the "
-    "gradient of an unscored completion"
+    "sample once, score those completions, compute their advantages from those rewards "
+    "(group_advantages, equation (2)), and return all three. Seed 001 samples again after the "
+    "rewards (line 102), so advantage i multiplies the gradient of an unscored completion"
 )
 ROLLOUT_PUBLIC = [
     Case(
         "the rollout's completions are the scored ones",
         (_prompts(4, 6), 4),
-        show="2 prompts, G=4, reward = 1 if the digits add up to the prompt: what was sampled, "
-        "what was scored and what the rollout holds",
+        show=f"2 prompts, G=4, {REWARD_TEXT['sum']}: what was sampled, what was scored and "
+        "what the rollout holds",
         hint=ROLLOUT_HINT,
     ),
 ]
-ROLLOUT_HIDDEN = [
-    Case(
-        f"{len(prompts)} prompts, G={size}, {reward} reward, seed {seed}",
-        (_prompts(*prompts), size, seed, reward),
-        show=f"prompts {list(prompts)}, G={size}, torch.manual_seed({seed}), {reward} reward",
-        hint=ROLLOUT_HINT,
-    )
-    for prompts, size, seed, reward in [
-        ((3, 5, 7), 8, 1, "sum"),
-        ((2, 9), 6, 2, "distance"),
-        ((1, 4, 6, 8, 5), 4, 3, "distance"),
-    ]
-]
 
 
-def check_make_rollout(fn: Callable, hidden: bool = False) -> None:
-    cases = ROLLOUT_HIDDEN if hidden else ROLLOUT_PUBLIC
+def rollout_twins(seed: int) -> list[Case]:
+    """One case of every kind ``make_rollout`` is graded on: each reward function."""
+    g = generator(seed)
+    cases = []
+    for reward in REWARDS:
+        prompts, size, torch_seed = _draw_prompts(g, 2, 5), draw_int(g, 2, 8), _seed(g)
+        cases.append(
+            Case(
+                f"{len(prompts)} prompts, G={size}, the {reward} reward: the rollout's "
+                "completions are the scored ones",
+                (prompts, size, torch_seed, reward),
+                show=f"prompts {prompts.tolist()}, G={size}, torch.manual_seed({torch_seed}), "
+                f"{REWARD_TEXT[reward]}: what was sampled, what was scored and what the "
+                "rollout holds",
+                hint=ROLLOUT_HINT,
+            )
+        )
+    return cases
+
+
+def check_make_rollout(fn: Callable, seed: int | None = None) -> None:
+    cases = cases_for(ROLLOUT_PUBLIC, rollout_twins, seed)
     _measured(fn, "make_rollout", cases, _probe_make_rollout, REFERENCE_TRAINER)
 
 
@@ -561,25 +617,19 @@ def _t(*values: float) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def _random_rewards(seed: int, groups: int, size: int, kind: str) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    if kind == "binary":
-        return torch.randint(0, 2, (groups * size,), generator=generator).float()
-    return torch.randn(groups * size, generator=generator) * 2 - 1
-
-
+ZERO_VARIANCE_HINT = "all rewards equal: 0 / (0 + eps) = 0, never NaN"
 ADVANTAGE_PUBLIC = [
     Case(
         "zero-variance group",
         (_t(1, 1, 1, 1), 4),
         expected=[0.0] * 4,
-        hint="all rewards equal: 0 / (0 + eps) = 0, never NaN",
+        hint=ZERO_VARIANCE_HINT,
     ),
     Case(
         "the seed's group: three right, one wrong",
         (_t(1, 1, 0, 1), 4),
         expected=[0.25 / (0.5 + 1e-4)] * 2 + [-0.75 / (0.5 + 1e-4), 0.25 / (0.5 + 1e-4)],
-        hint="mean 0.75, unbiased std 0.5: 0.25 / (0.5 + eps) = +0.5 and -0.75 / (0.5 + eps) = "
+        hint="mean 0.75, sample std 0.5: 0.25 / (0.5 + eps) = +0.5 and -0.75 / (0.5 + eps) = "
         "-1.5, as the seed's code computes them (rewards.std(), seed 000 line 301), not the "
         "worked +0.58 / -1.74 (population std 0.43)",
     ),
@@ -590,47 +640,54 @@ ADVANTAGE_PUBLIC = [
         "seed 002 lines 74-79 do)",
     ),
 ]
-ADVANTAGE_HIDDEN = [
-    *(
+
+
+def advantage_twins(seed: int) -> list[Case]:
+    """One case of every kind ``group_advantages`` is graded on, with values drawn from
+    ``seed``: binary, normal and integer rewards, G=2, a flat group beside another, eps."""
+    g = generator(seed)
+    size, constant = draw_int(g, 3, 8), float(draw_int(g, -2, 3))
+    eps = _pick(g, 0.5, 0.1, 1.0)
+
+    def normal(count: int) -> torch.Tensor:
+        return torch.randn(count, generator=g) * 2 - 1
+
+    return [
         Case(
-            f"random {kind} rewards, {groups} groups of {size}",
-            (_random_rewards(seed, groups, size, kind), size),
-            hint="equation (2) within each group, unbiased std (divide by G-1)",
-        )
-        for seed, (groups, size, kind) in enumerate(
-            [(3, 8, "binary"), (5, 2, "normal"), (2, 5, "normal"), (4, 3, "binary")]
-        )
-    ),
-    Case(
-        "G=2",
-        (_t(3, 1), 2),
-        expected=[1 / (2**0.5 + 1e-4), -1 / (2**0.5 + 1e-4)],
-        hint="the unbiased std of [3, 1] is sqrt(2); the population std would be 1",
-    ),
-    Case(
-        "a larger eps",
-        (_t(3, 1, 2, 2), 4),
-        {"eps": 0.5},
-        hint="use the eps argument",
-    ),
-    Case(
-        "integer rewards",
-        (torch.tensor([2, 0, 1, 1]), 4),
-        hint="integer tensors have no std: convert the rewards to float first",
-    ),
-    Case(
-        "a zero-variance group next to another",
-        (_t(1, 1, 1, 1, 0, 1, 0, 0), 4),
-        hint="each group is normalised on its own: the flat group gets 0",
-    ),
-]
+            f"binary rewards, 3 groups of {size}",
+            (torch.randint(0, 2, (3 * size,), generator=g).float(), size),
+            hint="equation (2) within each group, sample std (divide by G-1)",
+        ),
+        Case(
+            "normal rewards, groups of 2",
+            (normal(8), 2),
+            hint="the sample std of a pair [a, b] is |a - b| / sqrt(2); the population std "
+            "would be |a - b| / 2",
+        ),
+        Case(
+            f"a zero-variance group (every reward {constant:g}) next to another, G={size}",
+            (torch.cat([torch.full((size,), constant), normal(size)]), size),
+            hint="each group is normalised on its own: the flat group gets 0, never NaN",
+        ),
+        Case(
+            f"eps={eps} passed by keyword",
+            (normal(4), 4),
+            {"eps": eps},
+            hint="use the eps argument, do not hard-code 1e-4",
+        ),
+        Case(
+            "integer rewards (int64), groups of 4",
+            (torch.randint(0, 5, (8,), generator=g), 4),
+            hint="integer tensors have no mean or std: convert the rewards to float first",
+        ),
+    ]
 
 
-def check_group_advantages(fn: Callable, hidden: bool = False) -> None:
+def check_group_advantages(fn: Callable, seed: int | None = None) -> None:
     run_cases(
         fn,
         "group_advantages",
-        ADVANTAGE_HIDDEN if hidden else ADVANTAGE_PUBLIC,
+        cases_for(ADVANTAGE_PUBLIC, advantage_twins, seed),
         lambda rewards, num_generations, eps=1e-4: package.group_advantages(
             rewards, num_generations, eps=eps
         ),
@@ -641,12 +698,13 @@ def check_group_advantages(fn: Callable, hidden: bool = False) -> None:
 # Exercise 4: kl_penalty (bug (c), seed 002 lines 49-53 and seed 000 lines 378-406)
 
 
-def _logits(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Policy logits, reference logits, sampled tokens (random, seeded)."""
-    generator = torch.Generator().manual_seed(seed)
-    logits = torch.randn(*shape, generator=generator)
-    ref_logits = torch.randn(*shape, generator=generator)
-    tokens = torch.randint(0, shape[-1], shape[:-1], generator=generator)
+def _logits(
+    g: torch.Generator, shape: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Policy logits, reference logits, sampled tokens, drawn from ``g``."""
+    logits = torch.randn(*shape, generator=g)
+    ref_logits = torch.randn(*shape, generator=g)
+    tokens = torch.randint(0, shape[-1], shape[:-1], generator=g)
     return logits, ref_logits, tokens
 
 
@@ -654,13 +712,18 @@ def _token_logps(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
-def _loss_gradient(fn: Callable, seed: int, shape: tuple[int, ...], beta: float) -> torch.Tensor:
+def _loss_gradient(
+    fn: Callable,
+    logits: torch.Tensor,
+    ref_logits: torch.Tensor,
+    tokens: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
     """d loss / d logits of the update's loss (8) with every advantage 0: only the KL acts."""
-    logits, ref_logits, tokens = _logits(seed, shape)
-    logits.requires_grad_(True)
+    logits = logits.detach().requires_grad_(True)
     logps = _token_logps(logits, tokens)
     ref_logps = _token_logps(ref_logits, tokens)
-    advantages = torch.zeros(shape[0], 1)
+    advantages = torch.zeros(logits.shape[0], 1)
     ratio = torch.exp(logps - logps.detach())
     clipped = torch.clamp(ratio, 0.8, 1.2)
     loss = -torch.min(ratio * advantages, clipped * advantages).mean()
@@ -710,8 +773,8 @@ def _rounded_list(values: torch.Tensor | list | float) -> list | float:
     return round(values, 3)
 
 
-def _value_case(name: str, seed: int, shape: tuple[int, ...], hint: str) -> Case:
-    logits, ref_logits, tokens = _logits(seed, shape)
+def _value_case(name: str, g: torch.Generator, shape: tuple[int, ...], hint: str) -> Case:
+    logits, ref_logits, tokens = _logits(g, shape)
     logps, ref_logps = _token_logps(logits, tokens), _token_logps(ref_logits, tokens)
     return Case(
         name,
@@ -721,53 +784,69 @@ def _value_case(name: str, seed: int, shape: tuple[int, ...], hint: str) -> Case
     )
 
 
+def _same_policy_case(name: str, logps: torch.Tensor) -> Case:
+    return Case(
+        name,
+        ("value", logps, logps.clone()),
+        expected=0.0,
+        show=f"logps = ref_logps = {_rounded_list(logps)}",
+        hint="x = 0 for every token: k3 = 0",
+    )
+
+
 GRADIENT_HINT = (
     "the value is right (the cases before passed): the penalty has no gradient. Keep logps "
     "attached to the graph: seed 002 line 51 detaches log_probs_new, seed 000 line 405 builds "
     "its KL from two log-probs computed under torch.no_grad()"
 )
+
+
+def _gradient_case(name: str, g: torch.Generator, shape: tuple[int, ...], beta: float) -> Case:
+    outputs, tokens, actions = shape
+    return Case(
+        name,
+        ("gradient", *_logits(g, shape), beta),
+        show=f"random logits [{outputs} outputs, {tokens} tokens, {actions} actions], "
+        f"advantages 0, beta={beta}: d loss / d logits of -L_clip + beta * "
+        "kl_penalty(logps, ref_logps)",
+        hint=GRADIENT_HINT,
+    )
+
+
+K3_HINT = "k3 = exp(x) - x - 1 with x = ref_logps - logps, equation (7), then the mean"
 KL_PUBLIC = [
-    _value_case(
-        "the value: k3 averaged over tokens",
-        0,
-        (2, 3, 4),
-        "k3 = exp(x) - x - 1 with x = ref_logps - logps, equation (7), then the mean",
-    ),
-    Case(
-        "the same policy as the reference",
-        ("value", _t(-1.0, -0.5, -2.0), _t(-1.0, -0.5, -2.0)),
-        expected=0.0,
-        hint="x = 0 for every token: k3 = 0",
-    ),
-    Case(
-        "the KL term has a gradient",
-        ("gradient", 0, (2, 2, 3), 0.1),
-        show="random logits [2 outputs, 2 tokens, 3 actions], advantages 0, beta=0.1: "
-        "d loss / d logits of -L_clip + beta * kl_penalty(logps, ref_logps)",
-        hint=GRADIENT_HINT,
-    ),
+    _value_case("the value: k3 averaged over tokens", generator(0), (2, 3, 4), K3_HINT),
+    _same_policy_case("the same policy as the reference", _t(-1.0, -0.5, -2.0)),
+    _gradient_case("the KL term has a gradient", generator(0), (2, 2, 3), 0.1),
 ]
-KL_HIDDEN = [
-    _value_case("k3, not k1 or the other direction", 1, (3, 4, 5), "x = ref_logps - logps"),
-    Case(
-        "the gradient, larger beta",
-        ("gradient", 2, (2, 2, 4), 1.0),
-        show="random logits [2, 2, 4] (seed 2), advantages 0, beta=1: d loss / d logits",
-        hint=GRADIENT_HINT,
-    ),
-    Case(
-        "the penalty pulls the policy towards the reference",
-        ("pull", 0, 1.0, 0.5),
+
+
+def kl_twins(seed: int) -> list[Case]:
+    """One case of every kind ``kl_penalty`` is graded on: the value, a policy equal to the
+    reference, the loss's gradient, and one SGD step that must pull the policy back."""
+    g = generator(seed)
+    shape = (draw_int(g, 2, 4), draw_int(g, 2, 5), draw_int(g, 3, 6))
+    value = _value_case(f"k3 averaged over tokens, shape {list(shape[:2])}", g, shape, K3_HINT)
+    tokens = draw_int(g, 3, 8)
+    logps = -3 * torch.rand(tokens, generator=g)
+    same = _same_policy_case(f"the same policy as the reference, {tokens} tokens", logps)
+    shape, beta = (draw_int(g, 2, 3), draw_int(g, 2, 3), draw_int(g, 3, 5)), _pick(g, 0.1, 0.5, 1.0)
+    name = f"the KL term has a gradient, beta={beta}, logits of shape {list(shape)}"
+    gradient = _gradient_case(name, g, shape, beta)
+    policy_seed = _seed(g)
+    pull = Case(
+        f"the penalty pulls the policy towards the reference (policy seed {policy_seed})",
+        ("pull", policy_seed, 1.0, 0.5),
         show="policy != reference, one SGD step (lr 0.5) on 1.0 * kl_penalty alone, on 80 of its "
         "own samples: exact KL(pi || pi_ref) (before, after)",
         hint="with a gradient, the step moves pi towards pi_ref and the KL falls; without one "
         "it stays where it was",
-    ),
-]
+    )
+    return [value, same, gradient, pull]
 
 
-def check_kl_penalty(fn: Callable, hidden: bool = False) -> None:
-    cases = KL_HIDDEN if hidden else KL_PUBLIC
+def check_kl_penalty(fn: Callable, seed: int | None = None) -> None:
+    cases = cases_for(KL_PUBLIC, kl_twins, seed)
     _measured(fn, "kl_penalty", cases, _probe_kl_penalty, REFERENCE_TRAINER)
 
 
@@ -818,61 +897,82 @@ def _probe_grpo_update(
         return policy.logps(rollout.prompts, rollout.completions).mean().item()
 
 
-UPDATE_SETTING = (
-    "policy moved away from ref_policy samples 10 prompts x G=8 and is updated with SGD "
-    "(lr 2), beta=0.04, epsilon=0.2"
-)
 RATIO_MEASURE = "the largest |ratio - 1| over the tokens, at each update"
-UPDATE_PUBLIC = [
-    Case(
-        "the first update is on-policy: every ratio is 1",
-        ("ratios", 1),
-        expected=[0.0],
-        show=f"{UPDATE_SETTING}, num_iterations=1: {RATIO_MEASURE}",
-        hint="pi_old is the policy that SAMPLED the rollout: before any update pi / pi_old = 1. "
-        "Seed 001 (lines 107-110) takes log pi_old from ref_policy, so the ratio is pi / pi_ref "
-        "and the clip holds the policy near the reference",
-    ),
-    Case(
-        "the ratio moves off 1 over several updates",
-        ("ratios", 3, 0, 0.0),
-        show=f"{UPDATE_SETTING.replace('beta=0.04', 'beta=0')}, num_iterations=3: {RATIO_MEASURE}",
-        hint="evaluate log pi_old once, before the first update, under torch.no_grad(), and keep "
-        "it: recomputed inside the loop the ratio is 1 at every update and the clip never acts",
-    ),
-    Case(
-        "the parameters after several updates",
-        ("logps after", 3, 0, 0.2),
-        show=f"{UPDATE_SETTING.replace('beta=0.04', 'beta=0.2')}, num_iterations=3: mean "
-        "log pi of the rollout's tokens after the updates",
-        hint="the KL term compares with ref_policy's log-probs, the frozen reference, not with "
-        "pi_old's: with pi_ref = pi_old (seed 002 refreshes its reference every iteration) it "
-        "anchors the policy to nothing",
-    ),
-]
-UPDATE_HIDDEN = [
-    Case(
-        f"num_iterations={n}, seed {seed}, beta={beta}, epsilon={eps}, lr={lr}: {measure}",
-        (measure, n, seed, beta, eps, lr),
-        show=f"policy moved away from ref_policy (seed {seed}), SGD lr {lr}, beta={beta}, "
-        f"epsilon={eps}, num_iterations={n}: "
-        + (RATIO_MEASURE if measure == "ratios" else "mean log pi after the updates"),
-        hint="log pi_old: the sampling policy, once, before the updates, detached; "
-        "log pi_ref: ref_policy, the frozen reference",
+LOGPS_MEASURE = "mean log pi of the rollout's tokens after the updates"
+ON_POLICY_HINT = (
+    "pi_old is the policy that SAMPLED the rollout: before any update pi / pi_old = 1. "
+    "Seed 001 (lines 107-110) takes log pi_old from ref_policy, so the ratio is pi / pi_ref "
+    "and the clip holds the policy near the reference"
+)
+MOVES_HINT = (
+    "evaluate log pi_old once, before the first update, under torch.no_grad(), and keep it: "
+    "recomputed inside the loop the ratio is 1 at every update and the clip never acts. (This "
+    "case passes beta=0: use the beta you are given, not a hard-coded 0.04)"
+)
+CLIP_HINT = (
+    "the ratio moves as it should with epsilon=0.2 (the case before passed): clip it to "
+    "[1 - epsilon, 1 + epsilon] with the epsilon you are given, not a hard-coded 0.2"
+)
+ANCHOR_HINT = (
+    "the KL term is beta (the one you are given) times kl_penalty against ref_policy's "
+    "log-probs, the frozen reference, not pi_old's: with pi_ref = pi_old (seed 002 refreshes "
+    "its reference every iteration) it anchors the policy to nothing"
+)
+
+
+def _update_case(
+    name: str,
+    hint: str,
+    measure: str,
+    num_iterations: int,
+    seed: int = 0,
+    beta: float = 0.04,
+    epsilon: float = 0.2,
+    lr: float = 2.0,
+) -> Case:
+    return Case(
+        name,
+        (measure, num_iterations, seed, beta, epsilon, lr),
+        expected=[0.0] if num_iterations == 1 and measure == "ratios" else None,
+        show=f"a policy moved away from ref_policy (seed {seed}) samples 10 prompts x G=8, "
+        f"distance reward, and is updated with SGD (lr {lr:g}), beta={beta:g}, "
+        f"epsilon={epsilon:g}, num_iterations={num_iterations}: "
+        + (RATIO_MEASURE if measure == "ratios" else LOGPS_MEASURE),
+        hint=hint,
     )
-    for measure, n, seed, beta, eps, lr in [
-        ("ratios", 1, 1, 0.0, 0.2, 2.0),
-        ("ratios", 4, 2, 0.04, 0.1, 2.0),
-        ("logps after", 4, 2, 0.04, 0.1, 2.0),
-        ("ratios", 2, 3, 0.2, 0.2, 5.0),
-        ("logps after", 2, 3, 0.2, 0.2, 5.0),
-        ("logps after", 3, 4, 0.0, 0.3, 1.0),
-    ]
+
+
+UPDATE_PUBLIC = [
+    _update_case("the first update is on-policy: every ratio is 1", ON_POLICY_HINT, "ratios", 1),
+    _update_case("the ratio moves off 1 over several updates", MOVES_HINT, "ratios", 3, 0, 0.0),
+    _update_case("the parameters after several updates", ANCHOR_HINT, "logps after", 3, 0, 0.2),
 ]
 
 
-def check_grpo_update(fn: Callable, hidden: bool = False) -> None:
-    cases = UPDATE_HIDDEN if hidden else UPDATE_PUBLIC
+def update_twins(seed: int) -> list[Case]:
+    """One case of every kind ``grpo_update`` is graded on: the on-policy first update, the
+    ratio over several updates (beta 0), the clip range (an epsilon that is never 0.2), the
+    parameters after several updates (a beta that is never 0.04); other policies and learning
+    rates. The learning rate and the number of updates are large enough for some ratio to
+    leave [1 - epsilon, 1 + epsilon] before the last update: the clip acts in every case with
+    several updates."""
+    g = generator(seed)
+    cases = []
+    for what, hint, measure, updates, betas, epsilons in [
+        ("the first update is on-policy", ON_POLICY_HINT, "ratios", (1,), (0.1, 0.5), (0.1, 0.3)),
+        ("the ratio moves off 1", MOVES_HINT, "ratios", (4,), (0.0,), (0.2,)),
+        ("the clip range is epsilon", CLIP_HINT, "ratios", (4,), (0.0,), (0.05, 0.1)),
+        ("the parameters afterwards", ANCHOR_HINT, "logps after", (3, 4), (0.1, 0.5), (0.2,)),
+    ]:
+        n, policy_seed, lr = _pick(g, *updates), _seed(g), _pick(g, 2.5, 3.0)
+        beta, epsilon = _pick(g, *betas), _pick(g, *epsilons)
+        name = f"num_iterations={n}, beta={beta:g}, epsilon={epsilon:g}, lr={lr:g}: {what}"
+        cases.append(_update_case(name, hint, measure, n, policy_seed, beta, epsilon, lr))
+    return cases
+
+
+def check_grpo_update(fn: Callable, seed: int | None = None) -> None:
+    cases = cases_for(UPDATE_PUBLIC, update_twins, seed)
     _measured(fn, "grpo_update", cases, _probe_grpo_update, REFERENCE_TRAINER)
 
 

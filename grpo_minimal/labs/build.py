@@ -10,15 +10,25 @@ written in otter-grader's assignment format (``# BEGIN QUESTION`` / ``# BEGIN SO
 - the **grader's material**: ``build/labs/NN_name-autograder.zip`` (public and hidden checks) and
   ``build/labs/solutions/NN_name.ipynb`` (the notebook with solutions), never committed.
 
+Hidden checks call ``check_...(fn, seed=GRADER_SEED)``. The build writes the grader's seed (given
+by the instructor, or drawn at random) in place of ``GRADER_SEED``, so it exists only in the
+grader's material: the hidden cases are drawn from it when a submission is graded, and no learner
+can draw the same ones.
+
 The student notebooks are written byte for byte the same on every run (fixed cell ids, no
-timestamps), so ``check_student_notebooks`` can tell whether the committed ones are current.
+timestamps), so ``check_student_notebooks`` can tell whether the committed ones are current. Each
+records the hash of its own built content, so a rebuild can tell a learner's filled notebook
+from a fresh one and refuses to overwrite it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
+import re
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,6 +36,7 @@ from pathlib import Path
 SOURCE_DIR = Path("instructor/labs")
 STUDENT_DIR = Path("notebooks/labs")
 GRADER_DIR = Path("build/labs")
+SEED_PLACEHOLDER = "GRADER_SEED"
 
 
 def lab_sources(source_dir: Path = SOURCE_DIR, only: str | None = None) -> list[Path]:
@@ -38,10 +49,11 @@ def lab_sources(source_dir: Path = SOURCE_DIR, only: str | None = None) -> list[
     return sources
 
 
-def _source_notebook(source: Path, out: Path) -> Path:
+def _source_notebook(source: Path, out: Path, seed: int) -> Path:
     import jupytext
 
-    notebook = jupytext.read(source)
+    text = re.sub(rf"\b{SEED_PLACEHOLDER}\b", str(seed), source.read_text())
+    notebook = jupytext.reads(text, fmt="py:percent")
     notebook.metadata.pop("jupytext", None)
     notebook.metadata["kernelspec"] = {
         "display_name": "Python 3 (ipykernel)",
@@ -67,11 +79,40 @@ def _normalise_student(path: Path, source: Path) -> str:
         "regenerate_with": "make labs",
     }
     notebook["nbformat"], notebook["nbformat_minor"] = 4, 5
+    notebook["metadata"]["grpo_minimal"]["built_sha256"] = _content_hash(notebook)
     return json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def assign(source: Path, run_tests: bool = False) -> tuple[str, Path, Path, Path]:
-    """Run ``otter assign`` on one source in a temporary folder.
+def _content_hash(notebook: dict) -> str:
+    """SHA-256 of the notebook as built, without the field that records it."""
+    content = json.loads(json.dumps(notebook))
+    content["metadata"].get("grpo_minimal", {}).pop("built_sha256", None)
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def unchanged_since_build(path: Path) -> bool:
+    """True when ``path`` is exactly as a build wrote it (no learner's edits, outputs or saves)."""
+    try:
+        notebook = json.loads(Path(path).read_text())
+        recorded = notebook["metadata"]["grpo_minimal"]["built_sha256"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return recorded == _content_hash(notebook)
+
+
+def refuse_to_overwrite(student_dir: Path, sources: list[Path]) -> None:
+    """``FileExistsError`` naming the first student notebook that changed since it was built."""
+    for source in sources:
+        target = Path(student_dir) / f"{source.stem}.ipynb"
+        if target.exists() and not unchanged_since_build(target):
+            raise FileExistsError(
+                f"{target} has changed since it was built (a learner's work?): move it away, or "
+                "rebuild with --force to overwrite it"
+            )
+
+
+def assign(source: Path, seed: int, run_tests: bool = False) -> tuple[str, Path, Path, Path]:
+    """Run ``otter assign`` on one source in a temporary folder, hidden checks drawn from ``seed``.
 
     Returns ``(student_json, autograder_zip, solution_notebook, workdir)``; the caller removes
     ``workdir``. ``run_tests=True`` makes otter run every check against the solutions (slow for
@@ -80,7 +121,7 @@ def assign(source: Path, run_tests: bool = False) -> tuple[str, Path, Path, Path
     from otter.assign import main as otter_assign
 
     workdir = Path(tempfile.mkdtemp(prefix=f"lab-{source.stem}-"))
-    master = _source_notebook(source, workdir)
+    master = _source_notebook(source, workdir, seed)
     result = workdir / "dist"
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
@@ -97,14 +138,24 @@ def build_labs(
     grader_dir: Path = GRADER_DIR,
     run_tests: bool = False,
     only: str | None = None,
-) -> list[str]:
-    """Write every student notebook and the grader's material; return the lab names."""
+    seed: int | None = None,
+    force: bool = False,
+) -> tuple[list[str], int]:
+    """Write every student notebook and the grader's material; return the lab names and the seed.
+
+    ``seed`` is the grader's (drawn at random when None). A student notebook that changed since
+    it was built (a learner's work) is never overwritten unless ``force``.
+    """
     student_dir, grader_dir = Path(student_dir), Path(grader_dir)
+    sources = lab_sources(source_dir, only)
+    if not force:
+        refuse_to_overwrite(student_dir, sources)
+    seed = secrets.randbits(48) if seed is None else seed
     student_dir.mkdir(parents=True, exist_ok=True)
     (grader_dir / "solutions").mkdir(parents=True, exist_ok=True)
     names = []
-    for source in lab_sources(source_dir, only):
-        student_json, autograder_zip, solution, workdir = assign(source, run_tests)
+    for source in sources:
+        student_json, autograder_zip, solution, workdir = assign(source, seed, run_tests)
         try:
             (student_dir / f"{source.stem}.ipynb").write_text(student_json)
             shutil.copyfile(autograder_zip, grader_dir / f"{source.stem}-autograder.zip")
@@ -112,7 +163,7 @@ def build_labs(
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         names.append(source.stem)
-    return names
+    return names, seed
 
 
 def check_student_notebooks(
@@ -121,7 +172,7 @@ def check_student_notebooks(
     """Names of the labs whose committed student notebook differs from a fresh build."""
     stale = []
     for source in lab_sources(source_dir):
-        student_json, _, _, workdir = assign(source)
+        student_json, _, _, workdir = assign(source, seed=0)  # the seed reaches no student file
         shutil.rmtree(workdir, ignore_errors=True)
         committed = Path(student_dir) / f"{source.stem}.ipynb"
         if not committed.exists() or committed.read_text() != student_json:

@@ -1,19 +1,34 @@
 """Checks for the lab exercises: run a learner's function on named cases, say precisely what failed.
 
 A case is an input with a name, a hint and (optionally) a hand-written expected value; without
-one, the expected value comes from the package function the exercise mirrors. The first case that
-fails raises ``CheckFailed`` with the case's name, its input, the expected and the returned value
-and the hint, so the learner never sees a bare ``AssertionError``.
+one, the expected value comes from the package function the exercise mirrors. A failed check
+raises ``CheckFailed`` with the first failing case's name, its input, the expected and the
+returned value and the hint (and the names of any other failing cases), so the learner never sees
+a bare ``AssertionError``. When the learner's code raises, the message gives the exception's type,
+its text and the line of their code that raised it.
+
+Public and hidden cases are twins. Each exercise has a ``twins(seed)`` function that draws one
+case of every kind the exercise is graded on (same dtypes, same edges, same refusals) with fresh
+values. ``lab check`` runs the hand-written public cases and ``twins(PUBLIC_SEED)``; the grader
+runs ``twins(seed)`` with a seed drawn when ``lab build`` writes the autograder zips. Nothing in
+the package holds the graded values, and passing ``lab check`` means full points unless a
+solution special-cases the public inputs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import sysconfig
+import traceback
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
+
+# The twins every learner sees; the grader's seed is drawn by `lab build` (labs.build).
+PUBLIC_SEED = 0
 
 
 class CheckFailed(Exception):
@@ -101,6 +116,45 @@ def close(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> bo
     return got == expected
 
 
+def cases_for(
+    public: Sequence[Case], twins: Callable[[int], list[Case]], seed: int | None
+) -> list[Case]:
+    """``seed=None``: what ``lab check`` runs (the public cases and their drawn twins);
+    a grader's seed: fresh twins of the same kinds (what ``lab grade`` runs)."""
+    if seed is None:
+        return [*public, *twins(PUBLIC_SEED)]
+    return twins(seed)
+
+
+def generator(seed: int) -> torch.Generator:
+    """A torch generator for drawing a case's values (never the global one)."""
+    return torch.Generator().manual_seed(seed)
+
+
+def draw_int(g: torch.Generator, low: int, high: int) -> int:
+    """A whole number in ``low..high`` (both included), drawn from ``g``."""
+    return int(torch.randint(low, high + 1, (1,), generator=g))
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+_LIBRARY_DIRS = tuple(
+    {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
+
+
+def raised(error: BaseException) -> str:
+    """``raised TypeError: ... (line 7 of your code: x = rewards.std())``: the learner's exception
+    with the last line of their own code in its traceback (not the package's, not a library's)."""
+    text = f"raised {type(error).__name__}: {error}"
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        filename = str(frame.filename)
+        if filename.startswith((_PACKAGE_DIR, *_LIBRARY_DIRS, "<frozen")):
+            continue
+        source = f": {frame.line.strip()}" if frame.line else ""
+        return f"{text}\n            (line {frame.lineno} of your code{source})"
+    return text
+
+
 def _explain_none(got: Any) -> str:
     if got is Ellipsis:
         return " (the answer is still `...`)"
@@ -116,20 +170,15 @@ def run_cases(
     reference: Callable | None = None,
     compare: Callable[[Any, Any], bool] = close,
 ) -> None:
-    """Call ``fn`` on every case; raise ``CheckFailed`` at the first that does not match.
+    """Call ``fn`` on every case; raise ``CheckFailed`` if any does not match.
 
-    A case without ``expected`` is compared with ``reference(*args, **kwargs)``. Inputs are
-    cloned for the learner's call, so a function that edits its input in place cannot change
-    the expected value.
+    The message details the first failing case and names the others. A case without
+    ``expected`` is compared with ``reference(*args, **kwargs)``. Inputs are cloned for the
+    learner's call, so a function that edits its input in place cannot change the expected value.
     """
-    if fn is None or fn is Ellipsis or not callable(fn):
-        raise failure(
-            "definition",
-            f"`{name}`",
-            f"a function named `{name}`",
-            fn,
-            f"define `{name}` in the exercise cell and run it before this check",
-        )
+    require_function(fn, name)
+    failures: list[CheckFailed] = []
+    names: list[str] = []
     for case in cases:
         expected = case.expected
         if expected is None:
@@ -137,17 +186,57 @@ def run_cases(
         try:
             got = fn(*_clone(case.args), **_clone(case.kwargs))
         except Exception as error:  # the learner's code raised: report it as this case's result
-            raise failure(
-                case,
-                case.describe_input(),
-                expected,
-                f"raised {type(error).__name__}: {error}",
-                case.hint,
-            ) from None
-        if not compare(got, expected):
-            raise failure(
-                case, case.describe_input(), expected, got, case.hint + _explain_none(got)
+            failures.append(
+                failure(case, case.describe_input(), expected, raised(error), case.hint)
             )
+            names.append(case.name)
+            continue
+        if not compare(got, expected):
+            failures.append(
+                failure(case, case.describe_input(), expected, got, case.hint + _explain_none(got))
+            )
+            names.append(case.name)
+    raise_first(failures, names)
+
+
+def require_function(fn: Any, name: str) -> None:
+    """The exercise cell defined ``name`` as a function (it may have failed to run)."""
+    if fn is None or fn is Ellipsis or not callable(fn):
+        raise failure(
+            "definition",
+            f"`{name}`",
+            f"a function named `{name}`",
+            fn,
+            f"define `{name}` in the exercise cell and run it before this check; if that cell "
+            "shows an error (a SyntaxError, say), fix it first",
+        )
+
+
+def run_all(name: str, fn: Any, checks: Iterable[tuple[str, Callable[[], None]]]) -> None:
+    """Run every ``(case name, check)``, where a check raises ``CheckFailed`` when it fails (a
+    ``run_cases`` on one case, an ``expect_raises``, a gradient probe): one ``CheckFailed``
+    details the first failure and names the others."""
+    require_function(fn, name)
+    failures: list[CheckFailed] = []
+    names: list[str] = []
+    for case_name, check in checks:
+        try:
+            check()
+        except CheckFailed as failed:
+            failures.append(failed)
+            names.append(case_name)
+    raise_first(failures, names)
+
+
+def raise_first(failures: Sequence[CheckFailed], names: Sequence[str]) -> None:
+    """Raise the first failure, naming the other failing cases after it."""
+    if not failures:
+        return
+    first = failures[0]
+    if len(failures) > 1:
+        others = "; ".join(names[1:])
+        first = CheckFailed(f"{first}\n  also failing ({len(failures) - 1}): {others}")
+    raise first
 
 
 def expect_raises(fn: Callable, case: Case, error: type[Exception] = ValueError) -> None:
@@ -157,7 +246,7 @@ def expect_raises(fn: Callable, case: Case, error: type[Exception] = ValueError)
     except error:
         return
     except Exception as other:
-        got = f"raised {type(other).__name__}: {other}"
+        got = raised(other)
     raise failure(case, case.describe_input(), f"raises {error.__name__}", got, case.hint)
 
 

@@ -3,8 +3,13 @@
 ``check_notebook`` runs the public checks stored in the student notebook's own metadata (what
 ``grader.check`` runs inside the notebook). ``grade_folder`` runs every check, hidden ones
 included, from the autograder zips ``make labs`` writes, through otter's non-containerised
-runner (``otter.api.grade_submission``; ``otter grade`` itself needs Docker), and writes one CSV
-row per notebook.
+runner (``otter.api.grade_submission``; ``otter grade`` itself needs Docker). It writes one CSV
+row per notebook and, beside the CSV, one feedback file per notebook with every failing check's
+message, so that no lost point goes unexplained.
+
+Each submission is graded in its own process, in a temporary folder holding a copy of it, under
+a time limit: a notebook that loops forever, fails to parse, is not a lab or deletes the files
+around it costs its own row (with the reason) and nothing else.
 """
 
 from __future__ import annotations
@@ -13,11 +18,19 @@ import contextlib
 import csv
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_minimal.labs.build import GRADER_DIR
+
+# A check may report what it measured (the capstone's accuracy); grading collects it here.
+REPORT_ENV = "GRPO_LAB_REPORT"
+DEFAULT_TIMEOUT_S = 900.0
 
 
 @dataclass
@@ -25,37 +38,80 @@ class ExerciseResult:
     name: str
     score: float
     possible: float
-    first_failure: str | None  # otter's message for the first failing case, None when passed
+    failures: list[str]  # the message of every failing check of this exercise, in order
 
     @property
     def passed(self) -> bool:
-        return self.first_failure is None
+        return not self.failures
+
+    @property
+    def first_failure(self) -> str | None:
+        return self.failures[0] if self.failures else None
+
+
+def _message(otter_message: str) -> str:
+    """Our checker's message without otter's frame around it ("Error at line ... CheckFailed:")."""
+    marker = "CheckFailed: "
+    if marker in otter_message:
+        return otter_message.split(marker, 1)[1].strip("\n")
+    return otter_message.removeprefix("❌ Test case failed\n")
 
 
 def _exercises(results) -> list[ExerciseResult]:
-    out = []
-    for name, test_file in results.results.items():
-        failures = [r.message for r in test_file.test_case_results if not r.passed]
-        out.append(
-            ExerciseResult(
-                name,
-                float(test_file.score),
-                float(test_file.possible),
-                failures[0] if failures else None,
-            )
+    return [
+        ExerciseResult(
+            name,
+            float(test_file.score),
+            float(test_file.possible),
+            [_message(r.message) for r in test_file.test_case_results if not r.passed],
         )
-    return out
+        for name, test_file in results.results.items()
+    ]
+
+
+def report(text: str) -> None:
+    """A measurement for the grader's feedback file (printed when not grading)."""
+    path = os.environ.get(REPORT_ENV)
+    if path:
+        with open(path, "a") as handle:
+            handle.write(text.rstrip("\n") + "\n")
+    else:
+        print(text)
 
 
 def lab_name(notebook: Path) -> str:
-    metadata = json.loads(Path(notebook).read_text()).get("metadata", {})
-    name = metadata.get("otter", {}).get("assignment_name")
+    try:
+        metadata = json.loads(Path(notebook).read_text()).get("metadata", {})
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        metadata = {}
+    name = metadata.get("otter", {}).get("assignment_name") if isinstance(metadata, dict) else None
     if not name:
         raise ValueError(
             f"{notebook} is not a lab notebook (no otter.assignment_name in its metadata); "
             "submit a notebook from notebooks/labs/"
         )
     return name
+
+
+def syntax_errors(notebook: Path) -> list[str]:
+    """One line per code cell that Python cannot parse (IPython's magics are allowed)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    transform = TransformerManager().transform_cell
+    errors = []
+    for index, cell in enumerate(json.loads(Path(notebook).read_text())["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        try:
+            compile(transform(source), f"cell {index}", "exec")
+        except SyntaxError as error:
+            line = (error.text or "").strip()
+            errors.append(
+                f"cell {index + 1}, line {error.lineno}: SyntaxError: {error.msg}"
+                + (f": {line}" if line else "")
+            )
+    return errors
 
 
 def check_notebook(notebook: Path) -> list[ExerciseResult]:
@@ -80,8 +136,14 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
     return _exercises(results)
 
 
-def grade_notebook_file(notebook: Path, grader_dir: Path = GRADER_DIR) -> list[ExerciseResult]:
-    """Every check, hidden ones included, for one submitted notebook."""
+def grade_notebook_file(
+    notebook: Path, grader_dir: Path = GRADER_DIR
+) -> tuple[list[ExerciseResult], list[str]]:
+    """Every check, hidden ones included, for one submitted notebook, in this process.
+
+    Returns the results and what the checks reported measuring. ``grade_folder`` calls this in a
+    child process per notebook; call it directly only on notebooks you trust to finish.
+    """
     from otter.api import grade_submission
 
     name = lab_name(notebook)
@@ -90,44 +152,182 @@ def grade_notebook_file(notebook: Path, grader_dir: Path = GRADER_DIR) -> list[E
         raise FileNotFoundError(
             f"no grader for lab {name!r} at {autograder}: run `make labs` first"
         )
-    with _quiet():
-        results = grade_submission(str(notebook), str(autograder), quiet=True)
-    return _exercises(results)
+    with tempfile.TemporaryDirectory(prefix="lab-report-") as folder:
+        report_file = Path(folder) / "report.txt"
+        with _environment({REPORT_ENV: str(report_file)}), _quiet():
+            results = grade_submission(str(notebook), str(autograder), quiet=True)
+        reports = report_file.read_text().splitlines() if report_file.exists() else []
+    return _exercises(results), reports
 
 
-def grade_folder(folder: Path, out: Path, grader_dir: Path = GRADER_DIR) -> list[dict]:
-    """Grade every ``*.ipynb`` in ``folder``; write ``out`` (CSV) and return its rows.
+@dataclass
+class Graded:
+    """One submission's outcome: its exercises, or the reason it could not be graded."""
 
-    Columns: notebook, lab, one per exercise (points scored), total, possible.
+    notebook: str
+    lab: str
+    exercises: list[ExerciseResult]
+    reports: list[str]
+    problem: str | None = None  # not graded, or graded with a problem (a syntax error, ...)
+
+
+def grade_isolated(notebook: Path, grader_dir: Path, timeout_s: float) -> Graded:
+    """Grade a copy of ``notebook`` in a child process and a scratch folder, within ``timeout_s``."""
+    notebook = Path(notebook)
+    try:
+        lab = lab_name(notebook)
+    except ValueError as error:
+        return Graded(notebook.name, "", [], [], str(error))
+    problems = syntax_errors(notebook)
+    with tempfile.TemporaryDirectory(prefix="lab-grade-") as scratch:
+        copy = Path(scratch) / "submission" / notebook.name
+        copy.parent.mkdir()
+        shutil.copyfile(notebook, copy)
+        result_file = Path(scratch) / "result.json"
+        command = [sys.executable, "-m", "grpo_minimal.labs.grading", str(copy),
+                   str(Path(grader_dir).resolve()), str(result_file)]  # fmt: skip
+        process = subprocess.Popen(
+            command, cwd=copy.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            _, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_tree(process.pid)
+            process.communicate()
+            problems.append(f"stopped after the time limit of {timeout_s:g} s (an endless loop?)")
+            return Graded(notebook.name, lab, [], [], "; ".join(problems))
+        if process.returncode != 0 or not result_file.exists():
+            lines = stderr.decode(errors="replace").strip().splitlines() or ["no output"]
+            problems.append(f"grading failed: {lines[-1]}")
+            return Graded(notebook.name, lab, [], [], "; ".join(problems))
+        result = json.loads(result_file.read_text())
+    exercises = [ExerciseResult(**e) for e in result["exercises"]]
+    return Graded(notebook.name, lab, exercises, result["reports"], "; ".join(problems) or None)
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill a process and every descendant (the notebook's kernel runs in its own session)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        processes = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(processes, timeout=10)
+
+
+def grade_folder(
+    folder: Path, out: Path, grader_dir: Path = GRADER_DIR, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> list[dict]:
+    """Grade every ``*.ipynb`` in ``folder``; write ``out`` (CSV) and the feedback files.
+
+    CSV columns: notebook, lab, per exercise its points and its first failure, total, possible,
+    problem. Feedback: ``<out stem>-feedback/<notebook stem>.txt``, every failing check's message.
     """
     notebooks = sorted(Path(folder).glob("*.ipynb"))
     if not notebooks:
         raise FileNotFoundError(f"no .ipynb files in {folder}")
-    rows, exercise_names = [], []
-    for notebook in notebooks:
-        exercises = grade_notebook_file(notebook, grader_dir)
-        row = {"notebook": notebook.name, "lab": lab_name(notebook)}
-        for exercise in exercises:
-            row[exercise.name] = exercise.score
-            if exercise.name not in exercise_names:
-                exercise_names.append(exercise.name)
-        row["total"] = sum(e.score for e in exercises)
-        row["possible"] = sum(e.possible for e in exercises)
-        rows.append(row)
+    # Copies first: a submission that deletes files cannot reach the ones graded after it.
+    with tempfile.TemporaryDirectory(prefix="lab-submissions-") as held:
+        copies = [Path(shutil.copy(n, Path(held) / n.name)) for n in notebooks]
+        graded = [grade_isolated(c, Path(grader_dir), timeout_s) for c in copies]
     out = Path(out)
+    feedback_dir = out.parent / f"{out.stem}-feedback"
+    feedback_dir.mkdir(parents=True, exist_ok=True)
+    rows, columns = [], []
+    for result in graded:
+        row = {"notebook": result.notebook, "lab": result.lab}
+        for exercise in result.exercises:
+            row[exercise.name] = exercise.score
+            row[f"{exercise.name} first failure"] = _case_name(exercise.first_failure)
+            for column in (exercise.name, f"{exercise.name} first failure"):
+                if column not in columns:
+                    columns.append(column)
+        row["total"] = sum(e.score for e in result.exercises)
+        row["possible"] = sum(e.possible for e in result.exercises)
+        row["problem"] = result.problem or ""
+        rows.append(row)
+        (feedback_dir / f"{Path(result.notebook).stem}.txt").write_text(_feedback(result))
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as handle:
-        writer = csv.DictWriter(
-            handle, ["notebook", "lab", *exercise_names, "total", "possible"], restval=""
-        )
+        header = ["notebook", "lab", *columns, "total", "possible", "problem"]
+        writer = csv.DictWriter(handle, header, restval="")
         writer.writeheader()
         writer.writerows(rows)
     return rows
 
 
+def _case_name(message: str | None) -> str:
+    """The first line that names the failing case, for one CSV cell."""
+    if message is None:
+        return ""
+    for line in message.splitlines():
+        if line.strip().startswith("case:"):
+            return line.split("case:", 1)[1].strip()
+    return message.strip().splitlines()[-1] if message.strip() else "failed"
+
+
+def _feedback(result: Graded) -> str:
+    total = sum(e.score for e in result.exercises)
+    possible = sum(e.possible for e in result.exercises)
+    lines = [f"{result.notebook} (lab {result.lab or '?'}): {total:g} / {possible:g} points"]
+    if result.problem:
+        lines.append(f"problem: {result.problem}")
+    for exercise in result.exercises:
+        lines.append("")
+        status = "PASS" if exercise.passed else "FAIL"
+        lines.append(f"{status}  {exercise.name}: {exercise.score:g} / {exercise.possible:g}")
+        for message in exercise.failures:
+            lines.append("      " + message.strip("\n").replace("\n", "\n      "))
+    if result.reports:
+        lines += ["", "measured:", *(f"  {r}" for r in result.reports)]
+    return "\n".join(lines) + "\n"
+
+
 @contextlib.contextmanager
 def _quiet():
-    """otter prints its logo and kernel warnings; the CLI prints its own summary."""
+    """otter prints its logo, and the kernel it starts writes warnings straight to file
+    descriptor 2 (TCP without encryption, frozen modules); the CLI prints its own summary."""
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+    with tempfile.TemporaryFile() as kernel_log:
+        saved = os.dup(2)
+        os.dup2(kernel_log.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """Environment variables set for the kernels otter starts, then restored."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
         yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _grade_one(argv: list[str]) -> None:
+    """Child-process entry: grade one notebook, write the results as JSON."""
+    notebook, grader_dir, result_file = argv
+    exercises, reports = grade_notebook_file(Path(notebook), Path(grader_dir))
+    Path(result_file).write_text(
+        json.dumps({"exercises": [asdict(e) for e in exercises], "reports": reports})
+    )
+
+
+if __name__ == "__main__":
+    _grade_one(sys.argv[1:])

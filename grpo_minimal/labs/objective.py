@@ -5,26 +5,56 @@ Exercises mirror ``grpo_minimal.losses``: ``clipped_surrogate`` (with ``epsilon_
 two questions whose answers are numbers or names the package's own code gives: where the clipped
 surrogate's gradient is zero, and which KL estimator, used as a loss, follows the gradient of the
 reverse KL (``expected_kl_loss_gradient``).
+
+``lab check`` runs the hand-written cases and each exercise's ``*_twins(PUBLIC_SEED)``; grading
+runs ``*_twins(seed)`` with the grader's seed: the same kinds of case (dtypes, edges such as an
+empty completion or log-probs near -120, the refusal of an unknown ``loss_type``), other values.
+Every case is run; a failure details the first failing case and names the others.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from grpo_minimal import losses as package
-from grpo_minimal.labs.checking import Case, check_answer, expect_raises, run_cases
+from grpo_minimal.labs.checking import (
+    Case,
+    cases_for,
+    check_answer,
+    draw_int,
+    expect_raises,
+    generator,
+    run_all,
+    run_cases,
+)
 
 
 def _t(*values: float) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+def _uniform(g: torch.Generator, low: float, high: float, *shape: int) -> torch.Tensor:
+    """Uniform draws in [low, high), float32."""
+    return low + (high - low) * torch.rand(shape or (1,), generator=g)
+
+
+def _pick(g: torch.Generator, options: Sequence) -> Any:
+    return options[int(torch.randint(len(options), (1,), generator=g))]
+
+
+def _run_all(name: str, fn: Callable, runs: Sequence[tuple[Callable, Case, Any]]) -> None:
+    """Run every ``(call, case, reference)``; a reference ``ValueError`` means "must refuse"."""
+
+    def check(call: Callable, case: Case, reference: Any) -> Callable[[], None]:
+        if reference is ValueError:
+            return lambda: expect_raises(call, case)
+        return lambda: run_cases(call, name, [case], reference)
+
+    run_all(name, fn, [(case.name, check(call, case, reference)) for call, case, reference in runs])
 
 
 # --- exercise 1: clipped_surrogate, equation (6) -------------------------------------------------
@@ -73,76 +103,117 @@ CLIP_PUBLIC = [
 ]
 
 
-def _random_ratio(seed: int, shape: tuple[int, ...], spread: float) -> torch.Tensor:
-    """exp(spread * N(0, 1)): ratios around 1, many of them outside a 0.2 clip range."""
-    return torch.exp(spread * torch.randn(shape, generator=_generator(seed)))
+def _ratios_across_the_clip(
+    g: torch.Generator, rows: int, epsilon: float, epsilon_high: float
+) -> torch.Tensor:
+    """Ratios [rows, 6]; every row has one below 1 - epsilon, one inside, one between the two
+    upper bounds (when they differ), one above both, and two drawn around 1 (exp(0.4 N(0, 1)))."""
+    low, high = 1.0 - epsilon, 1.0 + max(epsilon, epsilon_high)
+    between = (1.0 + min(epsilon, epsilon_high), high)
+    columns = [
+        _uniform(g, 0.3, low - 0.02, rows),
+        _uniform(g, low + 0.02, 1.0 + min(epsilon, epsilon_high) - 0.02, rows),
+        _uniform(g, between[0] + 0.01, between[1] - 0.01, rows)
+        if between[1] - between[0] > 0.03
+        else _uniform(g, high + 0.02, 2.5, rows),
+        _uniform(g, high + 0.02, 2.5, rows),
+        torch.exp(0.4 * torch.randn(rows, generator=g)),
+        torch.exp(0.4 * torch.randn(rows, generator=g)),
+    ]
+    return torch.stack(columns, dim=1)
 
 
-def _random_advantages(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
-    return 1.5 * torch.randn(shape, generator=_generator(seed))
+def _signed(g: torch.Generator, rows: int, columns: int = 1) -> torch.Tensor:
+    """Advantages [rows, columns] of size 0.2 to 2.5; the sign alternates row by row (+, -, ...)."""
+    sign = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(rows)]).unsqueeze(1)
+    return sign * _uniform(g, 0.2, 2.5, rows, columns)
 
 
-CLIP_HIDDEN = [
-    Case(
-        "random ratios and per-token advantages, epsilon_high=0.28",
-        (_random_ratio(10, (4, 6), 0.4), _random_advantages(11, (4, 6)), 0.2, 0.28),
-        hint="per token: min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A)",
-    ),
-    Case(
-        "random ratios, one advantage per output",
-        (_random_ratio(12, (5, 7), 0.3), _random_advantages(13, (5, 1)), 0.1),
-        hint="the [batch, 1] advantages broadcast over the tokens; epsilon_high=None means "
-        "epsilon_high = epsilon",
-    ),
-    Case(
-        "ratios far outside the clip range",
-        (
-            _t(1e-3, 0.05, 5.0, 40.0, 1e3, 1e-3, 0.05, 5.0, 40.0, 1e3),
-            _t(2.0, 2.0, 2.0, 2.0, 2.0, -2.0, -2.0, -2.0, -2.0, -2.0),
-            0.2,
-            0.28,
+def clip_twins(seed: int) -> list[Case]:
+    """One case of every kind ``clipped_surrogate`` is graded on, values drawn from ``seed``."""
+    g = generator(seed)
+    eps = _pick(g, [0.1, 0.15, 0.2, 0.25])
+    eps_high = round(eps + _pick(g, [0.05, 0.08, 0.1]), 2)
+    wide, narrow = _pick(g, [0.25, 0.3, 0.35]), _pick(g, [0.05, 0.1, 0.15])
+    keyword_high = _pick(g, [0.3, 0.4, 0.5])
+    # A > 0: tiny ratios (not clipped) and large ones (clipped: up to 50, so that a clip
+    # written as ratio + (clamp - ratio) keeps its float32 value); A < 0: huge ones (not clipped)
+    tiny = torch.exp(_uniform(g, math.log(1e-4), math.log(1e-2), 4))
+    large = torch.exp(_uniform(g, math.log(10.0), math.log(50.0), 2))
+    huge = torch.exp(_uniform(g, math.log(100.0), math.log(1e4), 2))
+    middle = _uniform(g, 3.0, 8.0, 2)
+    far = torch.cat([tiny[:2], middle[:1], large, tiny[2:], middle[1:], huge])
+    a = _uniform(g, 0.5, 3.0, 1).item()
+    below, above = _uniform(g, 0.3, 0.9, 2), _uniform(g, 1.1, 2.0, 2)
+    bounds = _t(1 - eps, 1 + eps, 1 - eps, 1 + eps)
+    return [
+        Case(
+            f"ratios across the clip, per-token advantages, epsilon={eps}, epsilon_high={eps_high}",
+            (_ratios_across_the_clip(g, 4, eps, eps_high), _signed(g, 4, 6), eps, eps_high),
+            hint="per token: min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A)",
         ),
-        hint="A > 0: the objective stops growing at (1 + epsilon_high) * A, but a tiny ratio is "
-        "not clipped; A < 0: it stops at (1 - epsilon) * A, but a huge ratio is not clipped",
-    ),
-    Case(
-        "epsilon_high smaller than epsilon",
-        (_t(1.5, 0.5, 1.15, 0.75), _t(1.0, -1.0, 1.0, -1.0), 0.3, 0.1),
-        hint="the lower bound is 1 - epsilon = 0.7, the upper one 1 + epsilon_high = 1.1: do not "
-        "swap them",
-    ),
-    Case(
-        "epsilon = 0: the clip sits at 1",
-        (_t(0.5, 1.5, 0.5, 1.5), _t(1.0, 1.0, -1.0, -1.0), 0.0),
-        hint="with epsilon 0 the clipped term is 1 * A; the min still picks the worse term",
-    ),
-    Case(
-        "zero advantage",
-        (_t(0.5, 1.0, 3.0), _t(0.0, 0.0, 0.0), 0.2),
-        hint="A = 0: both terms are 0",
-    ),
-    Case(
-        "ratios exactly on the bounds",
-        (_t(0.8, 1.2, 0.8, 1.2), _t(1.0, 1.0, -1.0, -1.0), 0.2),
-        hint="on a bound the two terms are equal",
-    ),
-    Case(
-        "float64 inputs",
-        (
-            _random_ratio(14, (3, 4), 0.5).double(),
-            _random_advantages(15, (3, 1)).double(),
-            0.2,
-            0.28,
+        Case(
+            f"ratios across the clip, one advantage per output, epsilon={eps}",
+            (_ratios_across_the_clip(g, 5, eps, eps), _signed(g, 5), eps),
+            hint="the [batch, 1] advantages broadcast over the tokens; epsilon_high=None means "
+            "epsilon_high = epsilon",
         ),
-        hint="use torch operations (torch.clamp, torch.min) so any dtype and shape works",
-    ),
-    Case(
-        "epsilon_high given by keyword",
-        (_random_ratio(16, (2, 5), 0.4), _random_advantages(17, (2, 1)), 0.2),
-        {"epsilon_high": 0.5},
-        hint="the upper bound is 1 + epsilon_high = 1.5",
-    ),
-]
+        Case(
+            "ratios far outside the clip range",
+            (far, torch.cat([torch.full((5,), a), torch.full((5,), -a)]), 0.2, 0.28),
+            hint="A > 0: the objective stops growing at (1 + epsilon_high) * A, but a tiny ratio is "
+            "not clipped; A < 0: it stops at (1 - epsilon) * A, but a huge ratio is not clipped",
+        ),
+        Case(
+            f"epsilon_high ({narrow}) smaller than epsilon ({wide})",
+            (
+                torch.cat(
+                    [
+                        _uniform(g, 1 + wide + 0.05, 2.0, 1),
+                        _uniform(g, 0.2, 1 - wide - 0.05, 1),
+                        _uniform(g, 1 + narrow + 0.02, 1 + wide - 0.02, 1),
+                        _uniform(g, 1 - wide + 0.02, 1 - narrow - 0.02, 1),
+                    ]
+                ),
+                _t(1.0, -1.0, 1.0, -1.0) * a,
+                wide,
+                narrow,
+            ),
+            hint=f"the lower bound is 1 - epsilon = {1 - wide:g}, the upper one 1 + epsilon_high "
+            f"= {1 + narrow:g}: do not swap them",
+        ),
+        Case(
+            "epsilon = 0: the clip sits at 1",
+            (torch.cat([below, above]), _t(1.0, -1.0, 1.0, -1.0) * a, 0.0),
+            hint="with epsilon 0 the clipped term is 1 * A; the min still picks the worse term",
+        ),
+        Case(
+            "zero advantage",
+            (torch.cat([below, above]), torch.zeros(4), eps),
+            hint="A = 0: both terms are 0",
+        ),
+        Case(
+            f"ratios exactly on the bounds, epsilon={eps}",
+            (bounds, _t(1.0, 1.0, -1.0, -1.0) * a, eps),
+            hint="on a bound the two terms are equal",
+        ),
+        Case(
+            "float64 inputs",
+            (
+                _ratios_across_the_clip(g, 3, eps, eps_high).double(),
+                _signed(g, 3).double(),
+                eps,
+                eps_high,
+            ),
+            hint="use torch operations (torch.clamp, torch.min) so any dtype and shape works",
+        ),
+        Case(
+            f"epsilon_high={keyword_high} given by keyword",
+            (_ratios_across_the_clip(g, 2, 0.2, keyword_high), _signed(g, 2), 0.2),
+            {"epsilon_high": keyword_high},
+            hint=f"the upper bound is 1 + epsilon_high = {1 + keyword_high:g}",
+        ),
+    ]
 
 
 def _ratio_gradient(fn: Callable) -> Callable:
@@ -177,32 +248,52 @@ CLIP_GRADIENT_PUBLIC = [
     ),
 ]
 
-CLIP_GRADIENT_HIDDEN = [
-    Case(
-        "gradient: random ratios and advantages, epsilon_high=0.28",
-        (_random_ratio(20, (4, 6), 0.4), _random_advantages(21, (4, 1)), 0.2, 0.28),
-        hint=GRADIENT_HINT,
-        show="d/dratio of sum(clipped_surrogate(ratio, A, 0.2, 0.28)), ratio [4, 6], A [4, 1]",
-    ),
-]
+
+def clip_gradient_twins(seed: int) -> list[Case]:
+    """The gradient through the clip on ratios across the clip, values drawn from ``seed``."""
+    g = generator(seed + 1)  # not the values of clip_twins(seed)
+    eps = _pick(g, [0.1, 0.15, 0.2, 0.25])
+    eps_high = round(eps + _pick(g, [0.05, 0.08, 0.1]), 2)
+    return [
+        Case(
+            f"gradient: ratios across the clip, epsilon={eps}, epsilon_high={eps_high}",
+            (_ratios_across_the_clip(g, 4, eps, eps_high), _signed(g, 4), eps, eps_high),
+            hint=GRADIENT_HINT,
+            show=f"d/dratio of sum(clipped_surrogate(ratio, A, {eps}, {eps_high})), ratio [4, 6] "
+            "(in every row: below, inside, between and above the bounds), A [4, 1] (+, -, +, -)",
+        ),
+    ]
 
 
-def check_clipped_surrogate(fn: Callable, hidden: bool = False) -> None:
+def check_clipped_surrogate(fn: Callable, seed: int | None = None) -> None:
     """Values, then the gradient with respect to the ratio (where the clip makes it zero)."""
-    run_cases(
-        fn, "clipped_surrogate", CLIP_HIDDEN if hidden else CLIP_PUBLIC, package.clipped_surrogate
-    )
-    run_cases(
-        _ratio_gradient(fn),
+    gradient, reference = _ratio_gradient(fn), _ratio_gradient(package.clipped_surrogate)
+    _run_all(
         "clipped_surrogate",
-        CLIP_GRADIENT_HIDDEN if hidden else CLIP_GRADIENT_PUBLIC,
-        _ratio_gradient(package.clipped_surrogate),
+        fn,
+        [
+            *(
+                (fn, case, package.clipped_surrogate)
+                for case in cases_for(CLIP_PUBLIC, clip_twins, seed)
+            ),
+            *(
+                (gradient, case, reference)
+                for case in cases_for(CLIP_GRADIENT_PUBLIC, clip_gradient_twins, seed)
+            ),
+        ],
     )
 
 
 # --- exercise 2: kl_k3, equation (7) -------------------------------------------------------------
 
 LOG_HALF, LOG_QUARTER = math.log(0.5), math.log(0.25)
+
+LOG_SPACE_HINT = (
+    "exp(-120) is 0 in float32, so probabilities cannot hold these tokens: a ratio "
+    "exp(ref_logps) / exp(logps) is 0 / 0 = NaN (or 0, whose log is -inf), and log(exp(x)) is "
+    "-inf for x below -104. Stay in log space: x = ref_logps - logps, then exp(x) - x - 1 with "
+    "that x"
+)
 
 KL_PUBLIC = [
     Case(
@@ -230,49 +321,82 @@ KL_PUBLIC = [
         ),
         hint="elementwise torch operations: the result has the shape of the log-probs",
     ),
+    Case(
+        "very unlikely tokens under both: work in log space",
+        (_t(-120.0, -118.0), _t(-118.0, -120.0)),
+        hint="x = ref_logps - logps = +2 and -2: k3 = e^2 - 3 = 4.39 and e^-2 + 1 = 1.14. "
+        + LOG_SPACE_HINT,
+    ),
+    Case(
+        "the reference finds the token very unlikely: x = -119.5",
+        (_t(-0.5), _t(-120.0)),
+        hint="k3 = e^-119.5 + 119.5 - 1 = 118.5 (the e^x term is 0 in float32, the -x term is "
+        "not). " + LOG_SPACE_HINT,
+    ),
 ]
 
 
-def _token_logps(seed: int, batch: int, tokens: int, vocab: int = 11) -> torch.Tensor:
+def _token_logps(g: torch.Generator, batch: int, tokens: int, vocab: int = 11) -> torch.Tensor:
     """Log-probs of sampled tokens under a random softmax policy: realistic values, all < 0."""
-    generator = _generator(seed)
-    logits = 2.0 * torch.randn(batch, tokens, vocab, generator=generator)
-    ids = torch.randint(0, vocab, (batch, tokens, 1), generator=generator)
+    logits = 2.0 * torch.randn(batch, tokens, vocab, generator=g)
+    ids = torch.randint(0, vocab, (batch, tokens, 1), generator=g)
     return torch.log_softmax(logits, -1).gather(-1, ids).squeeze(-1)
 
 
-KL_HIDDEN = [
-    Case(
-        "random token log-probs, [4, 8]",
-        (_token_logps(30, 4, 8), _token_logps(31, 4, 8)),
-        hint="k3 = exp(x) - x - 1 with x = ref_logps - logps, per token",
-    ),
-    Case(
-        "far apart: x = +5 and x = -10",
-        (_t(-6.0, -0.5), _t(-1.0, -10.5)),
-        hint="x = ref_logps - logps: e^5 - 5 - 1 = 142.4 and e^-10 + 10 - 1 = 9.00005",
-    ),
-    Case(
-        "very unlikely tokens: work in log space",
-        (_t(-120.0, -118.0), _t(-118.0, -120.0)),
-        hint="exp(-120) is 0 in float32, so pi_ref / pi computed from probabilities is 0 / 0 = "
-        "NaN; exp(ref_logps - logps) is exp(2) = 7.39, fine",
-    ),
-    Case(
-        "float64 log-probs",
-        (_token_logps(32, 3, 5).double(), _token_logps(33, 3, 5).double()),
-        hint="torch.exp on the difference works for any dtype",
-    ),
-    Case(
-        "k3 is never negative",
-        (_t(-3.0, -0.1, -2.0, -0.01), _t(-0.1, -3.0, -2.01, -0.02)),
-        hint="e^x >= 1 + x, so k3 >= 0 for every token; a negative value is k1 or a sign error",
-    ),
-]
+def kl_twins(seed: int) -> list[Case]:
+    """One case of every kind ``kl_k3`` is graded on, with values drawn from ``seed``."""
+    g = generator(seed)
+    batch, tokens = draw_int(g, 3, 5), draw_int(g, 5, 9)
+    up, down = _uniform(g, 3.0, 8.0, 1).item(), _uniform(g, 6.0, 15.0, 1).item()
+    base = _uniform(g, 0.2, 2.0, 2)
+    unlikely = -_uniform(g, 110.0, 140.0, 3)
+    shift = _uniform(g, -3.0, 3.0, 3)
+    policy = -_uniform(g, 0.05, 2.0, 2)
+    ref_unlikely = -_uniform(g, 110.0, 140.0, 2)
+    small = _uniform(g, 0.01, 3.0, 4)
+    near = -_uniform(g, 0.05, 3.0, 4)
+    return [
+        Case(
+            f"random token log-probs, [{batch}, {tokens}]",
+            (_token_logps(g, batch, tokens), _token_logps(g, batch, tokens)),
+            hint="k3 = exp(x) - x - 1 with x = ref_logps - logps, per token",
+        ),
+        Case(
+            f"far apart: x = +{up:.2f} and x = -{down:.2f}",
+            (
+                torch.stack([-base[0] - up, -base[1]]),
+                torch.stack([-base[0], -base[1] - down]),
+            ),
+            hint="x = ref_logps - logps, k3 = e^x - x - 1: about e^x for a large positive x, "
+            "about -x - 1 for a large negative one",
+        ),
+        Case(
+            "very unlikely tokens under both (log-probs below -110): work in log space",
+            (unlikely, unlikely + shift),
+            hint=LOG_SPACE_HINT,
+        ),
+        Case(
+            "the reference finds the tokens very unlikely (x below -100)",
+            (policy, ref_unlikely),
+            hint="k3 = e^x - x - 1 is about -x - 1 here (e^x is 0 in float32). " + LOG_SPACE_HINT,
+        ),
+        Case(
+            f"float64 log-probs, [{batch}, {tokens}]",
+            (_token_logps(g, batch, tokens).double(), _token_logps(g, batch, tokens).double()),
+            hint="torch.exp on the difference works for any dtype",
+        ),
+        Case(
+            "k3 is never negative",
+            (near, near + small * _t(1.0, -1.0, 1.0, -1.0)),
+            hint="e^x >= 1 + x, so k3 >= 0 for every token; a negative value is k1 or a sign error",
+        ),
+    ]
 
 
-def check_kl_k3(fn: Callable, hidden: bool = False) -> None:
-    run_cases(fn, "kl_k3", KL_HIDDEN if hidden else KL_PUBLIC, package.kl_k3)
+def check_kl_k3(fn: Callable, seed: int | None = None) -> None:
+    _run_all(
+        "kl_k3", fn, [(fn, case, package.kl_k3) for case in cases_for(KL_PUBLIC, kl_twins, seed)]
+    )
 
 
 # --- exercise 3: aggregate_loss, equation (9) ----------------------------------------------------
@@ -280,6 +404,16 @@ def check_kl_k3(fn: Callable, hidden: bool = False) -> None:
 # two sequences of lengths 3 and 1; the 9s sit under the mask (as in tests/test_losses.py)
 LOSS = _t(1.0, 2.0, 3.0, 0.0, 4.0, 9.0, 9.0, 9.0).view(2, 4)
 MASK = _t(1, 1, 1, 0, 1, 0, 0, 0).view(2, 4)
+
+EMPTY_ROW_HINT = (
+    "the first sequence has no tokens (mask row all 0): it contributes 0 and, for grpo, still "
+    "counts as one of the B sequences. Clamp every token count to at least 1, as TRL does "
+    "(.clamp(min=1.0)), so 0 / 0 never makes a NaN"
+)
+NO_TOKENS_HINT = (
+    "every mask entry is 0: the loss is 0, never NaN. Clamp every token count to at least 1 "
+    "(.clamp(min=1.0)), so 0 / 0 never happens"
+)
 
 AGGREGATE_PUBLIC = [
     Case(
@@ -324,6 +458,17 @@ AGGREGATE_PUBLIC = [
         {"num_items_in_batch": 8},
         hint="divide by num_items_in_batch, the tokens of the whole batch: 10 / 8 = 1.25",
     ),
+    Case(
+        "grpo with an empty completion (no tokens)",
+        (
+            _t(1.0, 2.0, 3.0, 0.0, 9.0, 9.0, 9.0, 9.0).view(2, 4),
+            _t(1, 1, 1, 0, 0, 0, 0, 0).view(2, 4),
+            "grpo",
+        ),
+        hint="the second sequence has no tokens: it contributes 0 and still counts as one of the "
+        "B = 2 sequences, (2 + 0) / 2 = 1.0. Clamp each token count to at least 1 "
+        "(.clamp(min=1.0), as TRL does), so its 0 / 0 never makes a NaN",
+    ),
 ]
 
 UNKNOWN_LOSS_TYPE = Case(
@@ -334,75 +479,83 @@ UNKNOWN_LOSS_TYPE = Case(
 )
 
 
-def _random_loss(seed: int, batch: int, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token losses in float64 and a right-padded mask whose lengths include 0 and full."""
-    generator = _generator(seed)
-    loss = torch.randn(batch, tokens, generator=generator, dtype=torch.float64)
-    lengths = torch.randint(1, tokens + 1, (batch,), generator=generator)
+def _random_loss(g: torch.Generator, batch: int, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token losses in float64 and a right-padded mask: the first sequence is empty, the
+    last one full, the others 1 to tokens - 1 tokens long."""
+    loss = torch.randn(batch, tokens, generator=g, dtype=torch.float64)
+    lengths = torch.randint(1, tokens, (batch,), generator=g)
     lengths[0], lengths[-1] = 0, tokens
     mask = (torch.arange(tokens) < lengths.unsqueeze(-1)).to(torch.float64)
     return loss, mask
 
 
-RANDOM_LOSS, RANDOM_MASK = _random_loss(40, 6, 9)
-EMPTY_ROW_HINT = (
-    "the first sequence has no tokens (mask row all 0): it contributes 0 and, for grpo, still "
-    "counts as one of the B sequences. Clamp every token count to at least 1, as TRL does "
-    "(.clamp(min=1.0)), so 0 / 0 never makes a NaN"
-)
-
-AGGREGATE_HIDDEN = [
-    *(
+def aggregate_twins(seed: int) -> list[Case]:
+    """One case of every kind ``aggregate_loss`` is graded on, with values drawn from ``seed``."""
+    g = generator(seed)
+    batch, tokens = draw_int(g, 4, 7), draw_int(g, 6, 10)
+    loss, mask = _random_loss(g, batch, tokens)
+    longer = tokens + draw_int(g, 3, 10)
+    global_tokens = float(int(mask.sum()) + draw_int(g, 10, 60))
+    one_loss = torch.randn(1, tokens, generator=g)
+    one_mask = (torch.arange(tokens) < draw_int(g, 2, tokens - 1)).float().unsqueeze(0)
+    unknown = _pick(g, ["mean", "sum", "token_mean", "sequence_mean", "ppo"])
+    return [
+        *(
+            Case(
+                f"random losses, {batch} sequences (the first empty), loss_type='{loss_type}'",
+                (loss, mask, loss_type),
+                hint=EMPTY_ROW_HINT,
+            )
+            for loss_type in package.LOSS_TYPES
+        ),
         Case(
-            f"random losses, 6 sequences (one empty), loss_type='{loss_type}'",
-            (RANDOM_LOSS, RANDOM_MASK, loss_type),
-            hint=EMPTY_ROW_HINT,
-        )
-        for loss_type in package.LOSS_TYPES
-    ),
-    Case(
-        "dr_grpo: max_completion_length longer than the padded batch",
-        (RANDOM_LOSS, RANDOM_MASK, "dr_grpo"),
-        {"max_completion_length": 16},
-        hint="the normaliser is batch * max_completion_length = 6 * 16, not the token count "
-        "and not the tensor's width",
-    ),
-    Case(
-        "dapo: a global batch larger than this one",
-        (RANDOM_LOSS, RANDOM_MASK, "dapo"),
-        {"num_items_in_batch": 80.0},
-        hint="divide the sum over this batch's tokens by num_items_in_batch (80)",
-    ),
-    *(
+            "dr_grpo: max_completion_length longer than the padded batch",
+            (loss, mask, "dr_grpo"),
+            {"max_completion_length": longer},
+            hint=f"the normaliser is batch * max_completion_length = {batch} * {longer}, not "
+            "the token count and not the tensor's width",
+        ),
         Case(
-            f"no tokens at all, loss_type='{loss_type}'",
-            (RANDOM_LOSS, torch.zeros_like(RANDOM_MASK), loss_type),
-            hint="every mask entry is 0: the loss is 0, never NaN (clamp the counts to >= 1)",
-        )
-        for loss_type in package.LOSS_TYPES
-    ),
-    Case(
-        "a boolean mask",
-        (RANDOM_LOSS, RANDOM_MASK.bool(), "grpo"),
-        hint="convert the mask to the loss's dtype first (mask.to(per_token_loss.dtype))",
-    ),
-    Case(
-        "one sequence, float32",
-        (_t(0.5, -1.0, 2.0, 7.0).view(1, 4), _t(1, 1, 1, 0).view(1, 4), "grpo"),
-        hint="one sequence: grpo is its token mean, (0.5 - 1 + 2) / 3",
-    ),
-]
+            "dapo: a global batch larger than this one",
+            (loss, mask, "dapo"),
+            {"num_items_in_batch": global_tokens},
+            hint=f"divide the sum over this batch's tokens by num_items_in_batch "
+            f"({global_tokens:g})",
+        ),
+        *(
+            Case(
+                f"no tokens at all, loss_type='{loss_type}'",
+                (loss, torch.zeros_like(mask), loss_type),
+                hint=NO_TOKENS_HINT,
+            )
+            for loss_type in package.LOSS_TYPES
+        ),
+        Case(
+            "a boolean mask",
+            (loss, mask.bool(), "grpo"),
+            hint="convert the mask to the loss's dtype first (mask.to(per_token_loss.dtype)); as "
+            "above, the first sequence is empty",
+        ),
+        Case(
+            "one sequence, float32",
+            (one_loss, one_mask, "grpo"),
+            hint="one sequence: grpo is the mean over its tokens",
+        ),
+        Case(
+            "another unknown loss_type",
+            (loss, mask, unknown),
+            hint=UNKNOWN_LOSS_TYPE.hint,
+        ),
+    ]
 
 
-def check_aggregate_loss(fn: Callable, hidden: bool = False) -> None:
-    run_cases(
-        fn,
-        "aggregate_loss",
-        AGGREGATE_HIDDEN if hidden else AGGREGATE_PUBLIC,
-        package.aggregate_loss,
-    )
-    if not hidden:
-        expect_raises(fn, UNKNOWN_LOSS_TYPE)
+def check_aggregate_loss(fn: Callable, seed: int | None = None) -> None:
+    """Values for each ``loss_type``, and a ``ValueError`` for an unknown one."""
+    runs = []
+    for case in cases_for([*AGGREGATE_PUBLIC, UNKNOWN_LOSS_TYPE], aggregate_twins, seed):
+        refuse = case.args[2] not in package.LOSS_TYPES
+        runs.append((fn, case, ValueError if refuse else package.aggregate_loss))
+    _run_all("aggregate_loss", fn, runs)
 
 
 # --- question 1: where is the gradient of the clipped surrogate zero? ----------------------------

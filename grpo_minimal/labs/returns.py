@@ -8,16 +8,31 @@ episode cut by the time limit, and what that cut costs compared with an episode 
 The package computes in float32; a learner may compute in float32 or float64. Returns are
 compared within a bound on float32 rounding of the recursion (``_rounding_bound``), not with a
 fixed tolerance, so long episodes and near-zero returns are judged fairly.
+
+``lab check`` runs the hand-written cases and ``returns_twins(PUBLIC_SEED)``; grading runs
+``returns_twins(seed)`` with the grader's seed: the same kinds (float32, float64 and integer
+rewards, long episodes, gamma = 1, gamma near 1, a small gamma, one-step episodes), other values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from grpo_minimal import advantages as package
-from grpo_minimal.labs.checking import Case, check_answer, failure, run_cases
+from grpo_minimal.labs.checking import (
+    Case,
+    cases_for,
+    check_answer,
+    draw_int,
+    failure,
+    generator,
+    raised,
+    run_all,
+    run_cases,
+)
 
 U32 = 2.0**-24  # float32 unit roundoff
 
@@ -75,69 +90,109 @@ RETURNS_PUBLIC = [
         ),
         hint="R_t = r_t + gamma * R_{t+1} * mask_t, from t = T-1 down to 0, for every row at once",
     ),
+    Case(
+        "integer rewards (int64), a float mask",
+        (torch.tensor([[1, 0, 2], [3, 1, 0]]), _t([[1, 1, 1], [1, 1, 0]]), 0.5),
+        expected=[[1.5, 1.0, 2.0], [3.5, 1.0, 0.0]],
+        hint="the rewards are integers but the returns are not: a result tensor made with "
+        "zeros_like(rewards) is an integer tensor and drops the 0.5s. Create the returns as a "
+        "float tensor, e.g. torch.zeros(rewards.shape, dtype=torch.float32)",
+    ),
 ]
 
 
-def _random_batch(
-    seed: int, episodes: int, steps: int, dtype: torch.dtype = torch.float32
+def _draw_batch(
+    g: torch.Generator, episodes: int, steps: int, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random rewards [episodes, steps] and a prefix mask with one full-length episode.
+    """Random rewards [episodes, steps] and a prefix mask: row 0 runs the full length, every
+    other row ends early (2 to steps - 1 real steps), so each batch has padding.
 
     The padding holds random rewards too, so a function that ignores the mask gets it wrong.
     """
-    generator = torch.Generator().manual_seed(seed)
-    rewards = torch.randn(episodes, steps, generator=generator, dtype=torch.float64) * 2 + 0.5
-    lengths = torch.randint(1, steps + 1, (episodes,), generator=generator)
+    rewards = torch.randn(episodes, steps, generator=g, dtype=torch.float64) * 2 + 0.5
+    lengths = torch.randint(2, steps, (episodes,), generator=g)
     lengths[0] = steps
     return rewards.to(dtype), _prefix_mask(lengths.tolist(), steps).to(dtype)
 
 
-def _random_case(seed: int, episodes: int, steps: int, gamma: float, dtype=torch.float32) -> Case:
-    rewards, mask = _random_batch(seed, episodes, steps, dtype)
-    kind = str(dtype).removeprefix("torch.")
-    return Case(
-        f"random {kind} batch of {episodes} episodes, up to {steps} steps, gamma={gamma}",
-        (rewards, mask, gamma),
-        hint="compare with equation (4) of notebook 02, step by step from the end of each row; "
-        "the padding holds random rewards",
-    )
+def _pick(g: torch.Generator, options: list) -> Any:
+    return options[int(torch.randint(len(options), (1,), generator=g))]
 
 
-RETURNS_HIDDEN = [
-    _random_case(1, 4, 12, 0.99),
-    _random_case(2, 6, 30, 0.9),
-    _random_case(3, 3, 50, 0.5),
-    _random_case(4, 8, 20, 1.0),
-    _random_case(5, 5, 40, 0.97, torch.float64),
-    Case(
-        "CartPole-like: episodes of 500 and 137 steps, reward 1 per step, gamma=0.99",
-        (torch.ones(2, 500), _prefix_mask([500, 137], 500), 0.99),
-        hint="reward 1 on every real step; the padding of the 137-step episode must stay 0",
-    ),
-    Case(
-        "gamma close to 1 (0.999), 200 steps",
-        (*_random_batch(6, 3, 200), 0.999),
-        hint="gamma multiplies the return of the NEXT step, never the reward of the current one",
-    ),
-    Case(
-        "a small gamma (0.1): each return is nearly its own reward",
-        (_t([[2, 4, 8, 16], [1, 1, 1, 1]]), _prefix_mask([4, 3], 4), 0.1),
-        hint="R_t = r_t + 0.1 * R_{t+1}",
-    ),
-    Case(
-        "one step",
-        (_t([[3], [-2]]), _t([[1], [1]]), 0.9),
-        expected=[[3.0], [-2.0]],
-        hint="an episode of one step has return r_0",
-    ),
-    Case(
-        "integer rewards",
-        (torch.tensor([[1, 0, 2], [3, 1, 0]]), _t([[1, 1, 1], [1, 1, 0]]), 0.5),
-        expected=[[1.5, 1.0, 2.0], [3.5, 1.0, 0.0]],
-        hint="with integer rewards, a result tensor made with zeros_like(rewards) is an integer "
-        "tensor and drops the 0.5s: make the returns a float tensor",
-    ),
-]
+RANDOM_HINT = (
+    "compare with equation (4') step by step from the end of each row; the padding holds "
+    "random rewards"
+)
+
+
+def returns_twins(seed: int) -> list[Case]:
+    """One case of every kind ``discounted_returns`` is graded on, with values drawn from ``seed``.
+
+    Kinds: random float32 batches (a discount below 1 and gamma = 1), a float64 batch, a long
+    CartPole-like batch of +1 rewards, gamma close to 1 over 200 steps, a small gamma, episodes of
+    one step, and integer (int64) rewards.
+    """
+    g = generator(seed)
+    episodes, steps = draw_int(g, 3, 6), draw_int(g, 8, 30)
+    gamma = _pick(g, [0.9, 0.95, 0.97, 0.98, 0.99])
+    long_length, short_length = draw_int(g, 300, 500), draw_int(g, 50, 250)
+    near_one = _pick(g, [0.995, 0.998, 0.999])
+    small = _pick(g, [0.1, 0.2, 0.3])
+    integer_rewards = torch.randint(1, 4, (3, 5), generator=g)
+    integer_mask = _prefix_mask([5, 4, draw_int(g, 2, 3)], 5)
+    return [
+        Case(
+            f"random float32 batch of {episodes} episodes, up to {steps} steps, gamma={gamma}",
+            (*_draw_batch(g, episodes, steps), gamma),
+            hint=RANDOM_HINT,
+        ),
+        Case(
+            f"random float32 batch of {episodes + 2} episodes, up to {steps} steps, gamma=1",
+            (*_draw_batch(g, episodes + 2, steps), 1.0),
+            hint="with gamma=1 the return is the plain sum of the real rewards from t on; "
+            + RANDOM_HINT,
+        ),
+        Case(
+            f"random float64 batch of {episodes} episodes, up to {steps + 10} steps, gamma={gamma}",
+            (*_draw_batch(g, episodes, steps + 10, torch.float64), gamma),
+            hint="float64 rewards and mask: compute in float32 or float64, return floats; "
+            + RANDOM_HINT,
+        ),
+        Case(
+            f"CartPole-like: episodes of {long_length} and {short_length} steps, reward 1 per "
+            "step, gamma=0.99",
+            (
+                torch.ones(2, long_length),
+                _prefix_mask([long_length, short_length], long_length),
+                0.99,
+            ),
+            hint=f"reward 1 on every real step; the padding of the {short_length}-step episode "
+            "must stay 0",
+        ),
+        Case(
+            f"gamma close to 1 ({near_one}), 200 steps",
+            (*_draw_batch(g, 3, 200), near_one),
+            hint="gamma multiplies the return of the NEXT step, never the reward of the current one",
+        ),
+        Case(
+            f"a small gamma ({small}): each return is nearly its own reward",
+            (*_draw_batch(g, 2, 4), small),
+            hint=f"R_t = r_t + {small} * R_(t+1), and 0 on padding",
+        ),
+        Case(
+            "episodes of one step",
+            (torch.randn(2, 1, generator=g) * 2, torch.ones(2, 1), gamma),
+            hint="an episode of one step has return r_0: nothing follows it",
+        ),
+        Case(
+            "integer rewards (int64), a float mask, gamma=0.5",
+            (integer_rewards, integer_mask, 0.5),
+            hint="the rewards are integers but the returns are not: a result tensor made with "
+            "zeros_like(rewards) is an integer tensor too, and storing the returns in it drops "
+            "their fractions. Create the returns as a float tensor, e.g. "
+            "torch.zeros(rewards.shape, dtype=torch.float32)",
+        ),
+    ]
 
 
 def _rounding_bound(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -189,8 +244,9 @@ def _check_inputs_unchanged(fn: Callable) -> None:
             INPLACE_CASE,
             INPLACE_CASE.describe_input(),
             "returns, inputs unchanged",
-            f"raised {type(error).__name__}: {error}",
-            "this input is like the cases above",
+            raised(error),
+            "your function raised on an ordinary padded float32 batch: see the error and the "
+            "line above",
         ) from None
     for label, original in (("rewards", rewards), ("mask", mask)):
         if not torch.equal(original, mine[label]):
@@ -206,12 +262,23 @@ def _check_inputs_unchanged(fn: Callable) -> None:
             )
 
 
-def check_discounted_returns(fn: Callable, hidden: bool = False) -> None:
-    """Public cases, or the hidden ones used for grading; then: the inputs are left unchanged."""
-    for case in RETURNS_HIDDEN if hidden else RETURNS_PUBLIC:
+def check_discounted_returns(fn: Callable, seed: int | None = None) -> None:
+    """The public cases and their twins (``seed=None``, what ``lab check`` runs) or, with the
+    grader's ``seed``, fresh twins. First of all: the inputs are left unchanged.
+
+    Each case is compared within its own float32 rounding bound; every failing case is named.
+    """
+
+    def check(case: Case) -> Callable[[], None]:
         compare = _compare_within(_rounding_bound(*case.args))
-        run_cases(fn, "discounted_returns", [case], package.discounted_returns, compare)
-    _check_inputs_unchanged(fn)
+        return lambda: run_cases(
+            fn, "discounted_returns", [case], package.discounted_returns, compare
+        )
+
+    cases = cases_for(RETURNS_PUBLIC, returns_twins, seed)
+    # first: an in-place edit also breaks cases below (`rewards *= mask` on int64 rewards)
+    checks = [(INPLACE_CASE.name, lambda: _check_inputs_unchanged(fn))]
+    run_all("discounted_returns", fn, checks + [(case.name, check(case)) for case in cases])
 
 
 # --- questions: a CartPole-v1 episode that reached the time limit ------------------------------

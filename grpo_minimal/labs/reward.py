@@ -3,10 +3,16 @@ r"""Lab 04 checks: a safe verifiable reward (notebook 05, equation (17)).
 Exercises mirror ``grpo_minimal.answers.parse_number`` and ``grpo_minimal.rewards.accuracy_reward``
 with the same names and signatures, for the subset of formats the lab states: the final answer in
 ``\boxed{...}`` or after "answer is", written as an integer (thousands commas allowed), a decimal
-or ``a/b``; exact comparison with ``fractions.Fraction``. Public cases stay inside that subset;
-hidden cases are adversarial (hedges, code, huge numbers, NaN text, non-string completions), and
-for every case the expected value is what the package returns, so a learner who delegates to the
-package passes.
+or ``a/b``; exact comparison with ``fractions.Fraction``. Every case stays inside that subset or
+tests one of its stated refusals, and its expected value is what the package returns, so a
+learner who delegates to the package passes.
+
+Public and hidden cases are twins (``labs.checking``): ``parse_twins(seed)``,
+``accuracy_twins(seed)`` and ``accuracy_error_twins(seed)`` draw one case of every kind that is
+graded (each row of the lab's refusal table, hedges, code, huge numbers, other scripts' digits,
+non-string completions, a message whose content is None, bad golds) with fresh values. ``lab
+check`` runs the hand-written public cases (the table's own examples) and the twins drawn from
+``PUBLIC_SEED``; the grader runs the twins drawn from its own seed.
 
 Every check first scans the learner's code (and the functions it calls) for ``eval``, ``exec``,
 ``compile``, ``ast.literal_eval``, ``sympify`` and ``parse_expr``: model output is data, never
@@ -18,10 +24,12 @@ from __future__ import annotations
 import ast
 import builtins
 import dis
+import math
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,7 +37,16 @@ import torch
 from grpo_minimal import advantages
 from grpo_minimal import answers as package_answers
 from grpo_minimal import rewards as package_rewards
-from grpo_minimal.labs.checking import Case, check_answer, expect_raises, failure, run_cases
+from grpo_minimal.labs.checking import (
+    Case,
+    cases_for,
+    check_answer,
+    expect_raises,
+    failure,
+    generator,
+    run_all,
+    run_cases,
+)
 
 # --- the security scan ---------------------------------------------------------------------------
 
@@ -147,6 +164,53 @@ def check_no_evaluator(fn: Callable, name: str) -> None:
     )
 
 
+# --- drawing values -------------------------------------------------------------------------------
+
+
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random integer in [low, high] (both included)."""
+    return int(torch.randint(low, high + 1, (1,), generator=g))
+
+
+def _pick(g: torch.Generator, options: Sequence[Any]) -> Any:
+    return options[_int(g, 0, len(options) - 1)]
+
+
+def _digits(g: torch.Generator, count: int) -> str:
+    """``count`` random ASCII digits, the first one not 0."""
+    rest = torch.randint(0, 10, (count - 1,), generator=g).tolist()
+    return str(_int(g, 1, 9)) + "".join(map(str, rest))
+
+
+def _other(g: torch.Generator, value: int) -> int:
+    """A positive integer that differs from ``value`` by 1 to 9."""
+    step = _int(g, 1, 9)
+    return value + step if value - step < 1 or _int(g, 0, 1) else value - step
+
+
+FULL_WIDTH_ZERO, ARABIC_INDIC_ZERO = 0xFF10, 0x0660
+
+
+def _script(number: int | str, zero: int) -> str:
+    """The digits of ``number`` written in another script (``zero`` is that script's 0)."""
+    return "".join(chr(zero + int(digit)) for digit in str(number))
+
+
+def _decimal_text(value: Fraction) -> str:
+    """A terminating decimal's text, exactly: 3/4 -> '0.75', -5/2 -> '-2.5'."""
+    sign, value = ("-" if value < 0 else ""), abs(value)
+    places = 0
+    while (value * 10**places).denominator != 1:
+        places += 1
+    digits = str(int(value * 10**places)).rjust(places + 1, "0")
+    return sign + (f"{digits[:-places]}.{digits[-places:]}" if places else digits)
+
+
+def _long(text: str) -> str:
+    """How a long run of digits is shown: its first and last digits and its length."""
+    return f"'{text[:3]}...{text[-3:]}' ({len(text):,} digits)"
+
+
 # --- exercise 1: parse_number -------------------------------------------------------------------
 
 
@@ -157,150 +221,219 @@ def _same_number(got: Any, expected: Any) -> bool:
     return isinstance(got, Fraction) and got == expected
 
 
+# One hint per kind, shared by the table's example (public) and its drawn twins (public and graded).
+_HINTS = {
+    "integer": "a text that is one integer: return its exact value, a fractions.Fraction",
+    "negative": "a leading '-' is allowed",
+    "decimal": "3.5 is exactly 7/2: return Fraction('3.5') (built from the text), never a float "
+    "and never int() of it",
+    "float": "Fraction(float('0.1')) is 3602879701896397/36028797018963968, not 1/10: a float "
+    "is not exact. Build the Fraction from the text (Fraction('0.1')), never through float()",
+    "big": "float has 53 bits: build the Fraction from the text, never through float()",
+    "fraction": "a/b is Fraction(a, b)",
+    "negative fraction": "-a/b is -(a/b)",
+    "scientific": "scientific notation is not in the table. Fraction, int and float accept "
+    "Python's own number syntax (1e5, 1_000, other scripts' digits), and Fraction('1e999999999') "
+    "computes a billion-digit number: check the whole text against your pattern (re.fullmatch) "
+    "BEFORE calling Fraction",
+    "underscores": "Fraction('1_000') and int('1_000') accept Python's underscores, the table "
+    "does not: check the whole text against your pattern (re.fullmatch) BEFORE calling Fraction",
+    "scripts": "use [0-9], not \\d: \\d (and Fraction, int, float) also accept other scripts' "
+    "digits; the table's digits are ASCII 0-9",
+    "leading zeros": "leading zeros are allowed: '007' is 7 (the integer pattern [0-9]+)",
+    "trailing zero": "3.50 is 7/2: keep every decimal digit, Fraction reduces",
+    "thousands": "commas between groups of three digits are thousands separators: drop them "
+    "after the pattern has checked the groups",
+    "millions": "several thousands groups, each of exactly three digits",
+    "spaces": "strip the whitespace around the number first",
+    "bad group": "a comma must be followed by exactly three digits: '1,08' is not a number "
+    "(None); do not just delete the commas, check the groups with your pattern",
+    "decimal comma": "a thousands group never starts the number with 0: '0,500' (a decimal "
+    "comma?) is None",
+    "comma list": "'1,2,3' is a list, not 123: do not just delete commas, check the groups",
+    "nan": "'nan' is not a number here: return None",
+    "inf": "'inf' is not a number here: return None",
+    "words": "no number: return None",
+    "two numbers": "the WHOLE text must be one number (re.fullmatch, not re.search or the first "
+    "word): return None",
+    "expression": "never compute: an expression is not a number, return None (and never call eval)",
+    "empty": "no number: return None",
+    "zero denominator": "a zero denominator is not a number: return None, never raise "
+    "ZeroDivisionError",
+    "two signs": "at most one leading '-'",
+    "41 digits": f"more than MAX_NUMBER_DIGITS = {package_answers.MAX_NUMBER_DIGITS} digits is "
+    "not a number (it bounds the cost of exact arithmetic): count the digits and return None",
+    "4300 digits": "count the digits BEFORE calling Fraction: Fraction of a text with more than "
+    "4,300 digits raises ValueError (Python's limit on int); return None",
+    "not a string": "anything but a str: return None",
+    "number object": "anything but a str: return None (no str(text): the input is not a text)",
+}
+
+
+def _parse(name: str, text: Any, expected: Fraction | None, kind: str, **show: str) -> Case:
+    return Case(name, (text,), expected=expected, hint=_HINTS[kind], **show)
+
+
+# The table's own examples, in the order that puts each usual mistake's real cause first: exact
+# values before Python's syntax, Python's syntax before commas (Fraction(text) reads "1e5").
 PARSE_PUBLIC = [
-    Case(
-        "an integer",
-        ("42",),
-        expected=Fraction(42),
-        hint="a text that is one integer: return its exact value, a fractions.Fraction",
-    ),
-    Case("a negative integer", ("-7",), expected=Fraction(-7), hint="a leading '-' is allowed"),
-    Case(
-        "a decimal, exactly",
-        ("3.5",),
-        expected=Fraction(7, 2),
-        hint="return a fractions.Fraction (Fraction('3.5') is exactly 7/2), not a float",
-    ),
-    Case("a fraction a/b", ("3/4",), expected=Fraction(3, 4), hint="a/b is Fraction(a, b)"),
-    Case(
-        "thousands separators",
-        ("1,080",),
-        expected=Fraction(1080),
-        hint="commas between groups of three digits are thousands separators: drop them",
-    ),
-    Case(
-        "spaces around the number",
-        (" 12 ",),
-        expected=Fraction(12),
-        hint="strip the whitespace around the number first",
-    ),
-    Case("words are not a number", ("twelve",), hint="no number: return None"),
-    Case(
-        "two numbers are not one number",
-        ("3 or 4",),
-        hint="the WHOLE text must be one number (re.fullmatch, not re.search): return None",
-    ),
-    Case(
-        "an expression is not a number",
-        ("2+2",),
-        hint="never compute: '2+2' is not a number, return None (and never call eval)",
-    ),
-    Case("the empty string", ("",), hint="no number: return None"),
-]
-
-PARSE_HIDDEN = [
-    Case(
-        "0.1 exactly",
-        ("0.1",),
-        expected=Fraction(1, 10),
-        hint="Fraction(float('0.1')) is 3602879701896397/36028797018963968: build the Fraction "
-        "from the text, never through a float",
-    ),
-    Case(
-        "an integer float cannot hold",
-        ("12345678901234567891",),
-        expected=Fraction(12345678901234567891),
-        hint="float has 53 bits: build the Fraction from the text",
-    ),
-    Case("a negative fraction", ("-3/4",), expected=Fraction(-3, 4), hint="-a/b is -(a/b)"),
-    Case(
-        "millions",
-        ("12,345,678",),
-        expected=Fraction(12345678),
-        hint="several thousands groups",
-    ),
-    Case("a trailing zero", ("3.50",), expected=Fraction(7, 2), hint="3.50 is 7/2"),
-    Case(
-        "a bad thousands group",
-        ("1,08",),
-        hint="a comma must be followed by exactly three digits: '1,08' is not a number (None)",
-    ),
-    Case(
-        "a decimal comma is not a thousands group",
-        ("0,500",),
-        hint="a thousands group never starts the number with 0: '0,500' is None",
-    ),
-    Case(
-        "a comma list",
-        ("1,2,3",),
-        hint="'1,2,3' is a list, not 123: do not just delete commas, check the groups",
-    ),
-    Case(
-        "scientific notation is refused",
-        ("1e5",),
-        hint="not in the grammar (Fraction('1e999999999') would compute a billion-digit "
-        "number): check the text with your pattern before calling Fraction",
-    ),
-    Case(
-        "Python's underscores are not a number format",
-        ("1_000",),
-        hint="Fraction('1_000') and int('1_000') accept underscores: check the text with your "
-        "pattern before calling Fraction",
-    ),
-    Case("NaN text", ("nan",), hint="'nan' is not a number here: return None"),
-    Case("infinity text", ("-inf",), hint="'-inf' is not a number here: return None"),
-    Case(
-        "full-width digits",
-        ("\uff14\uff12",),
-        show="'４２' (full-width digits)",
-        hint="use [0-9], not \\d: \\d (and Fraction) also accept other scripts' digits",
-    ),
-    Case(
-        "Arabic-Indic digits",
-        ("\u0664\u0662",),
-        show="'٤٢' (Arabic-Indic digits)",
-        hint="use [0-9], not \\d: \\d (and Fraction) also accept other scripts' digits",
-    ),
-    Case(
-        "division by zero",
-        ("1/0",),
-        hint="a zero denominator is not a number: return None, never raise ZeroDivisionError",
-    ),
-    Case("two signs", ("--5",), hint="at most one leading '-'"),
-    Case(
-        "41 digits",
-        ("9" * 41,),
-        show="'999...9' (41 nines)",
-        hint=f"more than MAX_NUMBER_DIGITS = {package_answers.MAX_NUMBER_DIGITS} digits is "
-        "not a number (it bounds the cost of exact arithmetic): return None",
-    ),
-    Case(
-        "9,000 digits",
-        ("9" * 9000,),
-        show="'999...9' (9,000 nines)",
-        hint="count the digits BEFORE calling Fraction: Fraction('9' * 9000) raises "
-        "ValueError (Python's 4,300-digit limit); return None",
-    ),
-    Case("not a string", (None,), hint="anything but a str: return None"),
-    Case("a number object", (42,), hint="anything but a str: return None (no str(text))"),
+    _parse("an integer", "42", Fraction(42), "integer"),
+    _parse("a negative integer", "-7", Fraction(-7), "negative"),
+    _parse("a decimal, exactly", "3.5", Fraction(7, 2), "decimal"),
+    _parse("0.1 exactly", "0.1", Fraction(1, 10), "float"),
+    _parse("a fraction a/b", "3/4", Fraction(3, 4), "fraction"),
+    _parse("scientific notation is refused", "1e5", None, "scientific"),
+    _parse("the demo cell's 0.5e0 is refused", "0.5e0", None, "scientific"),
+    _parse("Python's underscores are not a number format", "1_000", None, "underscores"),
+    _parse("full-width digits", "\uff14\uff12", None, "scripts", show="'４２' (full-width digits)"),
+    _parse("leading zeros", "007", Fraction(7), "leading zeros"),
+    _parse("a trailing zero", "3.50", Fraction(7, 2), "trailing zero"),
+    _parse("a negative fraction", "-3/4", Fraction(-3, 4), "negative fraction"),
+    _parse("thousands separators", "1,080", Fraction(1080), "thousands"),
+    _parse("millions", "12,345,678", Fraction(12345678), "millions"),
+    _parse("spaces around the number", " 12 ", Fraction(12), "spaces"),
+    _parse("a bad thousands group", "1,08", None, "bad group"),
+    _parse("a decimal comma is not a thousands group", "0,500", None, "decimal comma"),
+    _parse("a comma list", "1,2,3", None, "comma list"),
+    _parse("NaN text", "nan", None, "nan"),
+    _parse("infinity text", "inf", None, "inf"),
+    _parse("words are not a number", "twelve", None, "words"),
+    _parse("two numbers are not one number", "3 or 4", None, "two numbers"),
+    _parse("an expression is not a number", "2+2", None, "expression"),
+    _parse("division by zero", "1/0", None, "zero denominator"),
+    _parse("two signs", "--5", None, "two signs"),
+    _parse("the empty string", "", None, "empty"),
+    _parse("not a string", None, None, "not a string"),
 ]
 
 
-def check_parse_number(fn: Callable, hidden: bool = False) -> None:
-    """Public cases, or the hidden ones used for grading; the security scan first."""
+def parse_twins(seed: int) -> list[Case]:
+    """One case of every kind ``parse_number`` is graded on, with values drawn from ``seed``.
+
+    Every row of the lab's table (accepted and refused) is a kind, in the order of
+    ``PARSE_PUBLIC``, plus the kinds the table implies: an integer or a decimal that a float
+    cannot hold, Arabic-Indic digits, only spaces, 41 digits, more digits than Python's int
+    reads, a number object.
+    """
+    g = generator(seed)
+    integer, negative = _int(g, 1, 99_999), _int(g, 1, 9_999)
+    whole, places = _int(g, 0, 99), _int(g, 1, 3)
+    # a decimal that a float holds exactly (k/8), as 3.5 is; and one that no float holds
+    decimal = f"{_int(g, 1, 99)}.{_pick(g, ['5', '25', '75', '125', '375', '625', '875'])}"
+    inexact = f"{whole}.{_digits(g, places)[1:]}{_pick(g, '12346789')}"  # N/10^k, 5 !| N
+    big = int(_digits(g, 20)) | 1  # odd and above 2**64: no float holds it
+    p, q = _int(g, 1, 99), _int(g, 2, 99)
+    thousands, millions = _int(g, 1_000, 999_999), _int(g, 1_000_000, 999_999_999)
+    group = _int(g, 1, 999)
+    wide = _int(g, 10, 999)
+    forty_one, many = _digits(g, 41), _digits(g, _int(g, 5_000, 9_999))
+    trailing = f"{whole}.{_int(g, 1, 9)}0"
+    return [
+        _parse("an integer (random)", str(integer), Fraction(integer), "integer"),
+        _parse("a negative integer (random)", f"-{negative}", Fraction(-negative), "negative"),
+        _parse("a decimal a float holds", decimal, Fraction(decimal), "decimal"),
+        _parse("a decimal a float cannot hold", inexact, Fraction(inexact), "float"),
+        _parse("an integer a float cannot hold", str(big), Fraction(big), "big"),
+        _parse("a fraction a/b (random)", f"{p}/{q}", Fraction(p, q), "fraction"),
+        _parse(
+            "scientific notation (random)", f"{_int(g, 1, 99)}e{_int(g, 1, 9)}", None, "scientific"
+        ),
+        _parse(
+            "scientific notation with a decimal mantissa",
+            f"{_int(g, 0, 9)}.{_int(g, 1, 9)}e{_int(g, 0, 9)}",
+            None,
+            "scientific",
+        ),
+        _parse("underscores (random)", f"{group}_{_int(g, 0, 999):03d}", None, "underscores"),
+        _parse(
+            "full-width digits (random)",
+            _script(wide, FULL_WIDTH_ZERO),
+            None,
+            "scripts",
+            show=f"{_script(wide, FULL_WIDTH_ZERO)!r} (full-width digits)",
+        ),
+        _parse(
+            "Arabic-Indic digits",
+            _script(wide + 1, ARABIC_INDIC_ZERO),
+            None,
+            "scripts",
+            show=f"{_script(wide + 1, ARABIC_INDIC_ZERO)!r} (Arabic-Indic digits)",
+        ),
+        _parse(
+            "leading zeros (random)",
+            "0" * _int(g, 1, 2) + str(group),
+            Fraction(group),
+            "leading zeros",
+        ),
+        _parse("a trailing zero (random)", trailing, Fraction(trailing), "trailing zero"),
+        _parse("a negative fraction (random)", f"-{q}/{p}", Fraction(-q, p), "negative fraction"),
+        _parse("thousands separators (random)", f"{thousands:,}", Fraction(thousands), "thousands"),
+        _parse("millions (random)", f"{millions:,}", Fraction(millions), "millions"),
+        _parse(
+            "spaces around the number (random)",
+            " " * _int(g, 1, 3) + str(p) + " " * _int(g, 1, 3),
+            Fraction(p),
+            "spaces",
+        ),
+        _parse(
+            "a bad thousands group (random)", f"{group},{_int(g, 0, 99):02d}", None, "bad group"
+        ),
+        _parse("a decimal comma (random)", f"0,{_int(g, 0, 999):03d}", None, "decimal comma"),
+        _parse(
+            "a comma list (random)",
+            ",".join(str(_int(g, 1, 9)) for _ in range(3)),
+            None,
+            "comma list",
+        ),
+        _parse("NaN text (random)", _pick(g, ["nan", "NaN", "NAN"]), None, "nan"),
+        _parse(
+            "infinity text (random)",
+            _pick(g, ["inf", "-inf", "Infinity", "infinity"]),
+            None,
+            "inf",
+        ),
+        _parse(
+            "words (random)",
+            _pick(g, ["twelve", "forty-two", "seven", "a hundred"]),
+            None,
+            "words",
+        ),
+        _parse("two numbers (random)", f"{p} or {_other(g, p)}", None, "two numbers"),
+        _parse(
+            "an expression (random)",
+            f"{p}{_pick(g, ['+', '*', '**'])}{q}",
+            None,
+            "expression",
+        ),
+        _parse("division by zero (random)", f"{p}/0", None, "zero denominator"),
+        _parse("two signs (random)", f"--{p}", None, "two signs"),
+        _parse("only spaces", " " * _int(g, 1, 4), None, "empty"),
+        _parse("41 digits", forty_one, None, "41 digits", show=_long(forty_one)),
+        _parse(
+            "more digits than Python's int reads",
+            many,
+            None,
+            "4300 digits",
+            show=_long(many),
+        ),
+        _parse("None is not a string", None, None, "not a string"),
+        _parse("a number object", _int(g, 1, 99), None, "number object"),
+    ]
+
+
+def check_parse_number(fn: Callable, seed: int | None = None) -> None:
+    """The table's examples and their twins; with the grader's ``seed``, fresh twins only.
+
+    The security scan comes first."""
     check_no_evaluator(fn, "parse_number")
-    run_cases(
-        fn,
-        "parse_number",
-        PARSE_HIDDEN if hidden else PARSE_PUBLIC,
-        package_answers.parse_number,
-        compare=_same_number,
-    )
+    cases = cases_for(PARSE_PUBLIC, parse_twins, seed)
+    run_cases(fn, "parse_number", cases, package_answers.parse_number, compare=_same_number)
 
 
 # --- exercise 2: accuracy_reward ----------------------------------------------------------------
 
-LONG_THINKING = "Let me think. " * 720  # 10,080 characters: over MAX_COMPLETION_CHARS
+LONG_THINKING = "Let me think. "  # repeated past MAX_COMPLETION_CHARS in the length cases
+MAX_CHARS = package_answers.MAX_COMPLETION_CHARS
 
 
 def _chat(*contents: Any) -> list[dict]:
@@ -308,295 +441,491 @@ def _chat(*contents: Any) -> list[dict]:
     return [{"role": "assistant", "content": content} for content in contents]
 
 
+def _boxed(value: Any) -> str:
+    return "\\boxed{" + str(value) + "}"
+
+
+# One hint per kind, shared by the hand-written public case and its drawn twins.
+_REWARD_HINTS = {
+    "boxed": "read the number inside \\boxed{...} and compare it with the gold",
+    "final": "read only the answer spots (\\boxed, 'answer is'), not the first number in the text",
+    "phrase": "the answer is the text after 'answer is', up to the end of its sentence (a '.' "
+    "followed by a space or the end of the text) or of its line",
+    "exact": "compare values (parse_number of both sides), not strings; the '.' of 0.5 does not "
+    "end the sentence",
+    "cut": "3 is not 3.5: never int(float(x)); compare the exact Fractions",
+    "thousands": "1,080 and 1080 are the same number, in the completion and in the gold: read "
+    "both with your parse_number, not with Fraction(text) (Fraction refuses '1,080' and reads "
+    "'1e5', which the table refuses)",
+    "two boxes": "all answer spots must state the same value; two different ones are a hedge: 0.0",
+    "expression": "'6*7' is not a number: no answer, 0.0 (never compute model output)",
+    "no answer": "no \\boxed{} and no 'answer is': 0.0",
+    "chat": "TRL's conversational format: a list of {'role', 'content'} messages; score the "
+    "content of the last one",
+    "lengths": "len(completions) != len(answer) is a bug in the caller: raise ValueError (zip "
+    "would silently drop a completion)",
+    "bad gold": "golds come from your data set: a gold parse_number cannot read is a data bug, "
+    "raise ValueError (a silent 0.0 would hide it)",
+    "hedge in a phrase": "two numbers ('3 or 4') are not one number: no answer. The WHOLE phrase "
+    "must be one "
+    "number (parse_number of the phrase), never a number searched for inside it",
+    "box and phrase": "a phrase that states one number counts, also next to a box; two different "
+    "values are a hedge",
+    "two phrases": "every spot counts, not only the last one: two different values are a hedge",
+    "candidates": "several numbers in one spot are a hedge, even if one of them is the gold: "
+    "the whole phrase must be one number, never a number searched for inside it",
+    "same twice": "spots that agree in value are fine",
+    "box in phrase": "a phrase that is not a plain number is prose when there is a box: skip it, "
+    "the box decides",
+    "negated": "'not 5' is not a number: no answer (a number searched for inside the phrase "
+    "would pay for it)",
+    "sum": "an expression is not an answer; evaluating it would run model output",
+    "power": "'10**2' is an expression, not a number ('9**9**9**9' would never finish)",
+    "payload": "model output is data: this is a program, not a number",
+    "shell": "os.system returns 0 on success: an eval grader would run the command AND pay for it",
+    "python syntax": "underscores and scientific notation are refused: Fraction reads them, so "
+    "check the text with your pattern before calling Fraction",
+    "cut 2": "n.d is not n, n.00 is n: compare exact values",
+    "repeating": "the float of 1/3 prints as 0.3333333333333333, but the exact values differ: "
+    "compare Fractions built from the text, never floats",
+    "float digits": "both parse to the same float; the exact values differ: build the Fraction "
+    "from the text, never through float()",
+    "2**53": "float cannot tell 2**53 + 4k and 2**53 + 4k + 1 apart; Fraction can",
+    "signs": "-p/q equals its decimal, kp/kq = p/q exactly; a/0 is no number (and must not raise)",
+    "commas": "'1,2,3' and '1,08' are not numbers: do not just delete the commas",
+    "nan": "not numbers in our grammar: 0.0, and no crash (int(float('inf')) raises)",
+    "scripts": "ASCII digits only: [0-9], not \\d (\\d, Fraction and int read other scripts' "
+    "digits)",
+    "large": "exact values: a float would call these two equal",
+    "upper": "'answer is' in any case (re.IGNORECASE)",
+    "digits cap": f"more than MAX_NUMBER_DIGITS = {package_answers.MAX_NUMBER_DIGITS} digits is "
+    "not a number: count the digits before calling Fraction (Fraction of more than 4,300 digits "
+    "raises ValueError)",
+    "over the cap": f"longer than MAX_COMPLETION_CHARS = {MAX_CHARS:,} characters: 0.0 without "
+    "reading it",
+    "right after the cap": f"longer than MAX_COMPLETION_CHARS = {MAX_CHARS:,} characters scores "
+    "0.0 unread, even when right: check len(text) first",
+    "non-strings": "a completion that is neither a str nor a list of messages scores 0.0, it "
+    "never raises",
+    "content None": "a message's content can be None (a tool call, say): it is not a str, so it "
+    "scores 0.0; check isinstance(content, str) before using it, never raise",
+    "empty": "an empty spot is no number: 0.0",
+    "last message": "in a list of messages, score the content of the LAST one",
+}
+
+
+def _reward(name: str, completions: list, golds: list, expected: list | None, kind: str, **show):
+    golds = [str(gold) for gold in golds]
+    return Case(name, (completions, golds), expected=expected, hint=_REWARD_HINTS[kind], **show)
+
+
 ACCURACY_PUBLIC = [
-    Case(
+    _reward(
         "a boxed integer, right and wrong",
-        (["\\boxed{42}", "\\boxed{41}"], ["42", "42"]),
-        expected=[1.0, 0.0],
-        hint="read the number inside \\boxed{...} and compare it with the gold",
+        ["\\boxed{42}", "\\boxed{41}"],
+        [42, 42],
+        [1.0, 0.0],
+        "boxed",
     ),
-    Case(
+    _reward(
         "the final answer, not the first number",
-        (["15 + 27 = 42, so \\boxed{42}"], ["42"]),
-        expected=[1.0],
-        hint="read only the answer spots (\\boxed, 'answer is'), not the first number in the text",
+        ["15 + 27 = 42, so \\boxed{42}"],
+        [42],
+        [1.0],
+        "final",
     ),
-    Case(
+    _reward(
         "an 'answer is' phrase",
-        (["So 6*7 = 42. The answer is 42.", "The answer is 41."], ["42", "42"]),
-        expected=[1.0, 0.0],
-        hint="the answer is the text after 'answer is', up to the end of its sentence "
-        "(a '.' followed by a space or the end of the text) or of its line",
+        ["So 6*7 = 42. The answer is 42.", "The answer is 41."],
+        [42, 42],
+        [1.0, 0.0],
+        "phrase",
     ),
-    Case(
+    _reward(
         "exact values: 3.0 is 3, 0.5 is 1/2",
-        (["\\boxed{3.0}", "The answer is 0.5."], ["3", "1/2"]),
-        expected=[1.0, 1.0],
-        hint="compare values (parse_number of both sides), not strings; the '.' of 0.5 does "
-        "not end the sentence",
+        ["\\boxed{3.0}", "The answer is 0.5."],
+        ["3", "1/2"],
+        [1.0, 1.0],
+        "exact",
     ),
-    Case(
-        "a decimal is not cut into an integer",
-        (["\\boxed{3}"], ["3.5"]),
-        expected=[0.0],
-        hint="3 is not 3.5: never int(float(x)); compare the exact Fractions",
-    ),
-    Case(
+    _reward("a decimal is not cut into an integer", ["\\boxed{3}"], ["3.5"], [0.0], "cut"),
+    _reward(
         "thousands separators",
-        (["\\boxed{1,080}", "The answer is 1080."], ["1080", "1,080"]),
-        expected=[1.0, 1.0],
-        hint="1,080 and 1080 are the same number, in the completion and in the gold",
+        ["\\boxed{1,080}", "The answer is 1080."],
+        ["1080", "1,080"],
+        [1.0, 1.0],
+        "thousands",
     ),
-    Case(
+    _reward(
         "a hedge: two different boxed answers",
-        (["\\boxed{41} or \\boxed{42}"], ["42"]),
-        expected=[0.0],
-        hint="all answer spots must state the same value; two different ones are a hedge: 0.0",
+        ["\\boxed{41} or \\boxed{42}"],
+        [42],
+        [0.0],
+        "two boxes",
     ),
-    Case(
-        "an expression is not evaluated",
-        (["\\boxed{6*7}"], ["42"]),
-        expected=[0.0],
-        hint="'6*7' is not a number: no answer, 0.0 (never compute model output)",
-    ),
-    Case(
-        "no answer stated",
-        (["I am not sure.", ""], ["42", "42"]),
-        expected=[0.0, 0.0],
-        hint="no \\boxed{} and no 'answer is': 0.0",
-    ),
-    Case(
+    _reward("an expression is not evaluated", ["\\boxed{6*7}"], [42], [0.0], "expression"),
+    _reward("no answer stated", ["I am not sure.", ""], [42, 42], [0.0, 0.0], "no answer"),
+    _reward(
         "conversational completions",
-        ([_chat("\\boxed{42}"), _chat("The answer is 7.")], ["42", "42"]),
-        expected=[1.0, 0.0],
-        hint="TRL's conversational format: a list of {'role', 'content'} messages; score the "
-        "content of the last one",
+        [_chat("\\boxed{42}"), _chat("The answer is 7.")],
+        [42, 42],
+        [1.0, 0.0],
+        "chat",
     ),
 ]
 
 ACCURACY_PUBLIC_ERRORS = [
-    Case(
-        "as many golds as completions",
-        (["\\boxed{1}", "\\boxed{2}"], ["1"]),
-        hint="len(completions) != len(answer) is a bug in the caller: raise ValueError "
-        "(zip would silently drop a completion)",
-    ),
+    _reward("as many golds as completions", ["\\boxed{1}", "\\boxed{2}"], [1], None, "lengths"),
 ]
 
-HEDGES = [
-    Case(
-        "a hedge inside one phrase",
-        (["The answer is 3 or 4."], ["3"]),
-        expected=[0.0],
-        hint="'3 or 4' is not one number: no answer",
-    ),
-    Case(
-        "a hedge between a box and a phrase",
-        (["\\boxed{42} The answer is 41."], ["42"]),
-        expected=[0.0],
-        hint="a phrase that states one number counts, also next to a box; 41 != 42 is a hedge",
-    ),
-    Case(
-        "a hedge between two phrases",
-        (["The answer is 41. Actually, the answer is 42."], ["42"]),
-        expected=[0.0],
-        hint="every spot counts, not only the last one: 41 and 42 are a hedge",
-    ),
-    Case(
-        "a list of candidates",
-        (["The answer is 41, 42, 43."], ["42"]),
-        expected=[0.0],
-        hint="several numbers in one spot are a hedge, even if one of them is the gold",
-    ),
-    Case(
-        "the same answer twice is no hedge",
-        (["\\boxed{42} and again \\boxed{42.0}"], ["42"]),
-        expected=[1.0],
-        hint="spots that agree in value are fine",
-    ),
-    Case(
-        "a box inside the phrase",
-        (["The answer is \\boxed{42}."], ["42"]),
-        expected=[1.0],
-        hint="a phrase that is not a plain number is prose when there is a box: skip it, the "
-        "box decides",
-    ),
-    Case(
-        "a negated phrase",
-        (["The answer is not 5."], ["5"]),
-        expected=[0.0],
-        hint="'not 5' is not a number: no answer",
-    ),
-]
 
-CODE = [
-    Case(
-        "'2+2' is not 4",
-        (["\\boxed{2+2}", "The answer is 2+2."], ["4", "4"]),
-        expected=[0.0, 0.0],
-        hint="an expression is not an answer; evaluating it would run model output",
-    ),
-    Case(
-        "a power",
-        (["\\boxed{10**2}"], ["100"]),
-        expected=[0.0],
-        hint="'10**2' is an expression, not a number ('9**9**9**9' would never finish)",
-    ),
-    Case(
-        "a Python payload",
-        (["\\boxed{__import__('math').factorial(4)}"], ["24"]),
-        expected=[0.0],
-        hint="model output is data: this is a program, not a number",
-    ),
-    Case(
-        "a shell payload whose exit code is the gold",
-        (["The answer is __import__('os').system('true')."], ["0"]),
-        expected=[0.0],
-        hint="os.system returns 0 on success: an eval grader would run the command AND pay for it",
-    ),
-    Case(
-        "Python's number syntax is not ours",
-        (["\\boxed{1_000}", "\\boxed{1e2}"], ["1000", "100"]),
-        expected=[0.0, 0.0],
-        hint="underscores and scientific notation are refused: check the text with your "
-        "pattern before calling Fraction",
-    ),
-]
+def accuracy_twins(seed: int) -> list[Case]:
+    """One case of every kind ``accuracy_reward`` is graded on, with values drawn from ``seed``.
 
-NUMBERS = [
-    Case(
-        "a decimal is not cut (2)",
-        (["\\boxed{3.9}", "\\boxed{3.00}"], ["3", "3"]),
-        expected=[0.0, 1.0],
-        hint="3.9 is not 3, 3.00 is 3: compare exact values",
-    ),
-    Case(
-        "1/3 is not 0.3333333333333333",
-        (["\\boxed{0.3333333333333333}", "\\boxed{2/6}"], ["1/3", "1/3"]),
-        expected=[0.0, 1.0],
-        hint="float(1/3) == 0.3333333333333333, but the exact values differ: compare Fractions",
-    ),
-    Case(
-        "0.30000000000000001 is not 0.3",
-        (["\\boxed{0.30000000000000001}", "The answer is 3/10."], ["0.3", "0.3"]),
-        expected=[0.0, 1.0],
-        hint="both parse to the same float; exact values differ",
-    ),
-    Case(
-        "2**53 + 1",
-        (["\\boxed{9007199254740992}", "\\boxed{9007199254740993}"], ["9007199254740993"] * 2),
-        expected=[0.0, 1.0],
-        hint="float cannot tell 2**53 and 2**53 + 1 apart; Fraction can",
-    ),
-    Case(
-        "fractions and signs",
-        (["\\boxed{-3/4}", "\\boxed{6/8}", "\\boxed{1/0}"], ["-0.75", "3/4", "0"]),
-        expected=[1.0, 1.0, 0.0],
-        hint="-3/4 = -0.75, 6/8 = 3/4 exactly; 1/0 is no number (and must not raise)",
-    ),
-    Case(
-        "commas in thousands groups only",
-        (["\\boxed{1,2,3}", "\\boxed{1,08}"], ["123", "108"]),
-        expected=[0.0, 0.0],
-        hint="'1,2,3' and '1,08' are not numbers: do not just delete the commas",
-    ),
-    Case(
-        "NaN and infinity as text",
-        (["\\boxed{nan}", "\\boxed{inf}", "The answer is -infinity."], ["0", "1", "1"]),
-        expected=[0.0, 0.0, 0.0],
-        hint="not numbers in our grammar: 0.0, and no crash (int(float('inf')) raises)",
-    ),
-    Case(
-        "digits of other scripts",
-        (["\\boxed{\uff14\uff12}", "The answer is \u0664\u0662."], ["42", "42"]),
-        expected=[0.0, 0.0],
-        show="['\\\\boxed{４２}', 'The answer is ٤٢.'], ['42', '42']",
-        hint="ASCII digits only: [0-9], not \\d",
-    ),
-    Case(
-        "a large exact integer",
-        (
-            ["\\boxed{12345678901234567891}", "\\boxed{12345678901234567890}"],
-            ["12345678901234567891"] * 2,
+    First the twins of ``ACCURACY_PUBLIC``, then hedges, code, exact numbers, sizes and odd
+    completions, in an order that shows each usual mistake's real cause first.
+    """
+    g = generator(seed)
+    gold = _int(g, 10, 999)
+    other, third = _other(g, gold), _other(g, gold) + 20
+    a, b = _int(g, 2, 99), _int(g, 2, 99)
+    n, d = _int(g, 1, 99), _int(g, 1, 9)
+    q = _pick(g, [2, 4, 8])  # p/q terminates, and a float holds it exactly (as 0.5)
+    p = _pick(g, [k for k in range(1, q) if math.gcd(k, q) == 1])
+    k = _int(g, 2, 5)
+    thousands = _int(g, 1_000, 999_999)
+    repeating_q = _pick(g, [3, 7, 9, 11, 13])
+    repeating_p = _pick(g, [k for k in range(1, repeating_q) if math.gcd(k, repeating_q) == 1])
+    tenths = _int(g, 1, 9)
+    past_53 = 2**53 + 4 * _int(g, 0, 10**6) + 1  # rounds down to past_53 - 1 as a float
+    large = int(_digits(g, 20)) | 1
+    digit, long_count = _int(g, 1, 9), _int(g, 5_000, 9_990)
+    over_count, repeats = _int(g, 20_000, 100_000), _int(g, 720, 800)
+    return [
+        _reward(
+            "a boxed integer, right and wrong (random)",
+            [_boxed(gold), _boxed(other)],
+            [gold, gold],
+            [1.0, 0.0],
+            "boxed",
         ),
-        expected=[1.0, 0.0],
-        hint="exact values: a float would call these two equal",
-    ),
-    Case(
-        "upper case phrase",
-        (["THE ANSWER IS 42."], ["42"]),
-        expected=[1.0],
-        hint="'answer is' in any case (re.IGNORECASE)",
-    ),
-]
+        _reward(
+            "the final answer, not the first number (random)",
+            [
+                f"{a} + {b} = {a + b}, so {_boxed(a + b)}",
+                f"{a} + {b} = {a + b + 1}, so {_boxed(a + b + 1)}",
+            ],
+            [a + b, a],
+            [1.0, 0.0],
+            "final",
+        ),  # fmt: skip
+        _reward(
+            "an 'answer is' phrase (random)",
+            [f"So {a}*{b} = {a * b}. The answer is {a * b}.", f"The answer is {a * b + d}."],
+            [a * b, a * b],
+            [1.0, 0.0],
+            "phrase",
+        ),
+        _reward(
+            "exact values (random)",
+            [_boxed(f"{n}.0"), f"The answer is {_decimal_text(Fraction(p, q))}."],
+            [n, f"{p}/{q}"],
+            [1.0, 1.0],
+            "exact",
+        ),
+        _reward(
+            "a decimal is not cut into an integer (random)",
+            [_boxed(n)],
+            [f"{n}.{d}"],
+            [0.0],
+            "cut",
+        ),
+        _reward(
+            "thousands separators (random)",
+            [_boxed(f"{thousands:,}"), f"The answer is {thousands}."],
+            [thousands, f"{thousands:,}"],
+            [1.0, 1.0],
+            "thousands",
+        ),
+        _reward(
+            "a hedge: two different boxed answers (random)",
+            [f"{_boxed(other)} or {_boxed(gold)}"],
+            [gold],
+            [0.0],
+            "two boxes",
+        ),
+        _reward(
+            "an expression is not evaluated (random)",
+            [_boxed(f"{a}*{b}")],
+            [a * b],
+            [0.0],
+            "expression",
+        ),
+        _reward(
+            "no answer stated (random)",
+            [_pick(g, ["I am not sure.", "Let me think about it.", "Hmm."]), " " * _int(g, 0, 3)],
+            [gold, gold],
+            [0.0, 0.0],
+            "no answer",
+        ),
+        _reward(
+            "conversational completions (random)",
+            [_chat(_boxed(gold)), _chat(f"The answer is {other}.")],
+            [gold, gold],
+            [1.0, 0.0],
+            "chat",
+        ),
+        # hedges
+        _reward(
+            "a hedge inside one phrase",
+            [f"The answer is {gold} or {other}."],
+            [gold],
+            [0.0],
+            "hedge in a phrase",
+        ),
+        _reward(
+            "a hedge between a box and a phrase",
+            [f"{_boxed(gold)} The answer is {other}."],
+            [gold],
+            [0.0],
+            "box and phrase",
+        ),
+        _reward(
+            "a hedge between two phrases",
+            [f"The answer is {other}. Actually, the answer is {gold}."],
+            [gold],
+            [0.0],
+            "two phrases",
+        ),
+        _reward(
+            "a list of candidates",
+            [f"The answer is {other}, {gold}, {third}."],
+            [gold],
+            [0.0],
+            "candidates",
+        ),
+        _reward(
+            "the same answer twice is no hedge",
+            [f"{_boxed(gold)} and again {_boxed(f'{gold}.0')}"],
+            [gold],
+            [1.0],
+            "same twice",
+        ),
+        _reward(
+            "a box inside the phrase",
+            [f"The answer is {_boxed(gold)}."],
+            [gold],
+            [1.0],
+            "box in phrase",
+        ),
+        _reward("a negated phrase", [f"The answer is not {gold}."], [gold], [0.0], "negated"),
+        # code
+        _reward(
+            "a sum is not its value",
+            [_boxed(f"{a}+{b}"), f"The answer is {a}+{b}."],
+            [a + b, a + b],
+            [0.0, 0.0],
+            "sum",
+        ),
+        _reward(
+            "a power",
+            [_boxed(f"{a % 11 + 2}**{d % 4 + 2}")],
+            [(a % 11 + 2) ** (d % 4 + 2)],
+            [0.0],
+            "power",
+        ),
+        _reward(
+            "a Python payload",
+            [_boxed(f"__import__('math').factorial({d + 2})")],
+            [math.factorial(d + 2)],
+            [0.0],
+            "payload",
+        ),
+        _reward(
+            "a shell payload whose exit code is the gold",
+            [f"The answer is __import__('os').system('{_pick(g, ['true', 'ls', 'id', 'pwd'])}')."],
+            [0],
+            [0.0],
+            "shell",
+        ),
+        _reward(
+            "Python's number syntax is not ours",
+            [_boxed(f"{n}_{thousands % 1000:03d}"), _boxed(f"{n}e{d}")],
+            [f"{n}{thousands % 1000:03d}", n * 10**d],
+            [0.0, 0.0],
+            "python syntax",
+        ),
+        # exact numbers
+        _reward(
+            "a decimal is not cut, and n.00 is n",
+            [_boxed(f"{n}.{d}"), _boxed(f"{n}.00")],
+            [n, n],
+            [0.0, 1.0],
+            "cut 2",
+        ),
+        _reward(
+            "a repeating decimal is not its fraction",
+            [
+                _boxed(repr(repeating_p / repeating_q)),
+                _boxed(f"{k * repeating_p}/{k * repeating_q}"),
+            ],
+            [f"{repeating_p}/{repeating_q}"] * 2,
+            [0.0, 1.0],
+            "repeating",
+        ),
+        _reward(
+            "digits past a float's precision",
+            [_boxed(f"0.{tenths}{'0' * 15}1"), f"The answer is {tenths}/10."],
+            [f"0.{tenths}"] * 2,
+            [0.0, 1.0],
+            "float digits",
+        ),
+        _reward(
+            "an odd integer past 2**53",
+            [_boxed(past_53 - 1), _boxed(past_53)],
+            [past_53] * 2,
+            [0.0, 1.0],
+            "2**53",
+        ),
+        _reward(
+            "fractions and signs",
+            [_boxed(f"-{p}/{q}"), _boxed(f"{k * p}/{k * q}"), _boxed(f"{a}/0")],
+            [_decimal_text(Fraction(-p, q)), f"{p}/{q}", 0],
+            [1.0, 1.0, 0.0],
+            "signs",
+        ),
+        _reward(
+            "commas in thousands groups only",
+            [_boxed(f"{d},{n % 9 + 1},{b % 9 + 1}"), _boxed(f"{a},{n:02d}")],
+            [f"{d}{n % 9 + 1}{b % 9 + 1}", f"{a}{n:02d}"],
+            [0.0, 0.0],
+            "commas",
+        ),
+        _reward(
+            "NaN and infinity as text",
+            [
+                _boxed(_pick(g, ["nan", "NaN"])),
+                _boxed(_pick(g, ["inf", "-inf"])),
+                f"The answer is {_pick(g, ['infinity', '-infinity'])}.",
+            ],
+            [0, 1, 1],
+            [0.0, 0.0, 0.0],
+            "nan",
+        ),
+        _reward(
+            "digits of other scripts",
+            [
+                _boxed(_script(gold, FULL_WIDTH_ZERO)),
+                f"The answer is {_script(gold, ARABIC_INDIC_ZERO)}.",
+            ],
+            [gold, gold],
+            [0.0, 0.0],
+            "scripts",
+        ),
+        _reward(
+            "a large exact integer",
+            [_boxed(large), _boxed(large - 1)],
+            [large] * 2,
+            [1.0, 0.0],
+            "large",
+        ),
+        _reward("upper case phrase", [f"THE ANSWER IS {gold}."], [gold], [1.0], "upper"),
+        # sizes
+        _reward(
+            "thousands of digits inside the length cap",
+            [_boxed(str(digit) * long_count)],
+            [digit],
+            [0.0],
+            "digits cap",
+            show=f"['\\\\boxed{{{digit}{digit}{digit}...}}' ({long_count:,} digits)], ['{digit}']",
+        ),
+        _reward(
+            "a number longer than the length cap",
+            [_boxed("1" * over_count)],
+            [1],
+            [0.0],
+            "over the cap",
+            show=f"['\\\\boxed{{111...1}}' ({over_count:,} ones)], ['1']",
+        ),
+        _reward(
+            "a right answer past the length cap",
+            [LONG_THINKING * repeats + _boxed(gold)],
+            [gold],
+            [0.0],
+            "right after the cap",
+            show=f"[{LONG_THINKING!r} * {repeats} + '\\\\boxed{{{gold}}}'], ['{gold}']",
+        ),
+        # odd completions
+        _reward(
+            "None and other non-strings",
+            [None, gold, [], {"role": "assistant"}],
+            [gold] * 4,
+            [0.0] * 4,
+            "non-strings",
+        ),
+        _reward(
+            "a message whose content is None",
+            [_chat(None), _chat(_boxed(gold))],
+            [gold] * 2,
+            [0.0, 1.0],
+            "content None",
+        ),
+        _reward(
+            "empty answers",
+            ["", " " * _int(g, 1, 4), "\\boxed{}", "The answer is ."],
+            [gold] * 4,
+            [0.0] * 4,
+            "empty",
+        ),
+        _reward(
+            "the last message is scored",
+            [
+                _chat(f"The answer is {other}.", _boxed(gold)),
+                _chat(_boxed(gold), f"The answer is {other}."),
+            ],
+            [gold] * 2,
+            [1.0, 0.0],
+            "last message",
+        ),
+    ]
 
-HUGE = [
-    Case(
-        "9,000 digits inside the length cap",
-        (["\\boxed{" + "9" * 9000 + "}"], ["9"]),
-        expected=[0.0],
-        show="['\\\\boxed{999...9}' (9,000 nines, 9,007 characters)], ['9']",
-        hint="more than 40 digits is not a number; Fraction('9' * 9000) raises ValueError",
-    ),
-    Case(
-        "100,000 digits",
-        (["\\boxed{" + "1" * 100_000 + "}"], ["1"]),
-        expected=[0.0],
-        show="['\\\\boxed{111...1}' (100,000 ones)], ['1']",
-        hint="longer than MAX_COMPLETION_CHARS = 10,000 characters: 0.0 without reading it",
-    ),
-    Case(
-        "a right answer after 10,080 characters",
-        ([LONG_THINKING + "\\boxed{42}"], ["42"]),
-        expected=[0.0],
-        show="['Let me think. ' * 720 + '\\\\boxed{42}'], ['42']",
-        hint="longer than MAX_COMPLETION_CHARS = 10,000 characters scores 0.0 unread, even "
-        "when right: check len(text) first",
-    ),
-]
 
-ODD_COMPLETIONS = [
-    Case(
-        "None and other non-strings",
-        ([None, 42, [], {"role": "assistant"}, _chat(None)], ["42"] * 5),
-        expected=[0.0] * 5,
-        hint="a completion that is neither a str nor a list of messages with string content "
-        "scores 0.0, it never raises",
-    ),
-    Case(
-        "empty answers",
-        (["", "   ", "\\boxed{}", "The answer is ."], ["0"] * 4),
-        expected=[0.0] * 4,
-        hint="an empty spot is no number: 0.0",
-    ),
-    Case(
-        "the last message is scored",
-        ([_chat("The answer is 41.", "\\boxed{42}")], ["42"]),
-        expected=[1.0],
-        hint="in a list of messages, score the content of the LAST one",
-    ),
-]
-
-ACCURACY_HIDDEN = HEDGES + CODE + NUMBERS + HUGE + ODD_COMPLETIONS
-
-ACCURACY_HIDDEN_ERRORS = [
-    *ACCURACY_PUBLIC_ERRORS,
-    Case(
-        "a gold that is not a number",
-        (["\\boxed{1}"], ["one"]),
-        hint="golds come from your data set: a gold parse_number cannot read is a data bug, "
-        "raise ValueError (a silent 0.0 would hide it)",
-    ),
-]
+def accuracy_error_twins(seed: int) -> list[Case]:
+    """The caller's bugs that must raise ValueError, with values drawn from ``seed``."""
+    g = generator(seed)
+    count = _int(g, 2, 5)
+    return [
+        _reward(
+            "as many golds as completions (random)",
+            [_boxed(i) for i in range(count)],
+            list(range(count - 1)),
+            None,
+            "lengths",
+        ),
+        _reward(
+            "a gold that is not a number",
+            [_boxed(1)],
+            [_pick(g, ["one", "forty-two", "n/a", "unknown", "?"])],
+            None,
+            "bad gold",
+        ),
+    ]
 
 
-def check_accuracy_reward(fn: Callable, hidden: bool = False) -> None:
-    """Public cases, or the hidden ones used for grading; the security scan first."""
+def check_accuracy_reward(fn: Callable, seed: int | None = None) -> None:
+    """The public cases and their twins (with the grader's ``seed``, fresh twins only), then the
+    caller's bugs that must raise; the security scan first. Every case runs: the message details
+    the first failure and names the others."""
     check_no_evaluator(fn, "accuracy_reward")
-    cases = ACCURACY_HIDDEN if hidden else ACCURACY_PUBLIC
-    run_cases(fn, "accuracy_reward", cases, package_rewards.accuracy_reward)
-    for case in ACCURACY_HIDDEN_ERRORS if hidden else ACCURACY_PUBLIC_ERRORS:
-        expect_raises(fn, case, ValueError)
+    reference = package_rewards.accuracy_reward
+    values = cases_for(ACCURACY_PUBLIC, accuracy_twins, seed)
+    errors = cases_for(ACCURACY_PUBLIC_ERRORS, accuracy_error_twins, seed)
+    run_all(
+        "accuracy_reward",
+        fn,
+        [(c.name, partial(run_cases, fn, "accuracy_reward", [c], reference)) for c in values]
+        + [(c.name, partial(expect_raises, fn, c, ValueError)) for c in errors],
+    )
 
 
 # --- exercise 3: what GRPO does with a hedge ----------------------------------------------------
@@ -613,7 +942,8 @@ GROUP = [
     "The answer is 41 or 42.",  # another hedge
 ]
 """One group (G = 4) of completions for "15 + 27" (gold 42)."""
-GOLD = ["42"] * len(GROUP)
+GOLDS = ["42"] * len(GROUP)
+"""The gold answer of each completion in GROUP."""
 
 
 def check_hedge_question(hedge_lenient: float, hedge_strict: float) -> None:
@@ -622,11 +952,12 @@ def check_hedge_question(hedge_lenient: float, hedge_strict: float) -> None:
         ("the hedge's advantage, lenient grader", hedge_lenient, lenient_accuracy),
         ("the hedge's advantage, your grader", hedge_strict, package_rewards.accuracy_reward),
     ):
-        rewards = torch.tensor(grader(GROUP, GOLD))
+        rewards = torch.tensor(grader(GROUP, GOLDS))
         check_answer(
             name,
             got,
             advantages.group_advantages(rewards, len(GROUP))[2].item(),
             "score checks.GROUP with that grader, then apply eq. (2) to the four rewards "
-            "(unbiased std, eps = 1e-4, as group_advantages does) and take the third, index 2",
+            "(sample, Bessel-corrected std, eps = 1e-4, as group_advantages does) and take the "
+            "third, index 2",
         )

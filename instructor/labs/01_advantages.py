@@ -23,14 +23,18 @@
 # $$A_i = r_i - \frac{1}{G-1}\sum_{j \ne i} r_j \tag{3}$$
 #
 # (2) is GRPO (DeepSeekMath §4.1.2; DeepSeek-R1 eq. 3), (1) is Dr. GRPO's choice, (3) is RLOO.
-# $\operatorname{std}$ is the **unbiased** (sample, $G-1$) standard deviation and $\varepsilon = 10^{-4}$,
-# as in TRL.
+# $\operatorname{std}$ is the **sample** (Bessel-corrected, $G-1$) standard deviation and
+# $\varepsilon = 10^{-4}$, as in TRL.
 #
 # **How this lab works.** Each exercise asks for a function with the same name and signature as
 # the package's, so you can compare with `grpo_minimal.advantages` afterwards (not before!).
 # Replace each `...` with your code, run the cell, then run the check below it. A failed check
 # names the case, the input, the expected value, what you returned and a hint. From a terminal,
 # `grpo-minimal lab check notebooks/labs/01_advantages.ipynb` checks the whole notebook.
+#
+# **Grading** runs the same kinds of case as the checks below, with other values: rewards of
+# other group sizes, other eps, other constant groups. If every check here passes and your
+# function does not special-case the inputs it was shown, it earns full points.
 
 # %%
 import torch
@@ -49,8 +53,10 @@ torch.manual_seed(0)
 # - `scale_rewards="batch"`: centre by the group mean, divide by the std of **all** rewards in the batch (+ eps);
 # - `scale_rewards="none"`: equation (1), centring only.
 #
-# A group whose rewards are all equal must get advantages 0, never NaN. You may assume the
-# rewards are finite and that `len(rewards)` is a multiple of $G$.
+# A group whose rewards are all equal must get advantages 0, never NaN. Use the `eps` you are
+# given. The rewards may be **integers** (an `int64` tensor, e.g. a count of passed tests): the
+# advantages are floats all the same. You may assume the rewards are finite and that
+# `len(rewards)` is a multiple of $G$.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -104,7 +110,7 @@ points: 3
 def test_group_hidden(group_advantages):
     from grpo_minimal.labs import advantages as checks
 
-    checks.check_group_advantages(group_advantages, hidden=True)
+    checks.check_group_advantages(group_advantages, seed=GRADER_SEED)
 
 
 # %% [raw]
@@ -126,6 +132,7 @@ print(result if result is not None else "group_advantages is not written yet")
 # ## Exercise 2 · `rloo_advantages`
 #
 # Equation (3): each reward minus the mean of the **other** $G-1$ rewards of its group. No scaling.
+# As in exercise 1, the rewards may be an integer tensor; return floats.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -169,7 +176,7 @@ hidden: true
 def test_rloo_hidden(rloo_advantages):
     from grpo_minimal.labs import advantages as checks
 
-    checks.check_rloo_advantages(rloo_advantages, hidden=True)
+    checks.check_rloo_advantages(rloo_advantages, seed=GRADER_SEED)
 
 
 # %% [raw]
@@ -186,10 +193,11 @@ def test_rloo_hidden(rloo_advantages):
 #
 # One of the course's seed documents works the group `[1, 1, 0, 1]` (three correct answers out of
 # four, "15 + 27") with a std of 0.43 and gives the correct answers an advantage of **+0.58** and
-# the wrong one **-1.74**. Its own code (`rewards.std()`, unbiased) would give **+0.5** and
-# **-1.5**, as TRL and this course do. Compute both with $\varepsilon = 10^{-4}$: the population std divides the squared
-# deviations by $G$ (`unbiased=False`), the unbiased one by $G-1$. Write numbers (floats), not
-# formulas that call the package.
+# the wrong one **-1.74**. Its own code (`rewards.std()`, the sample std) would give **+0.5** and
+# **-1.5**, as TRL and this course do. Compute both with $\varepsilon = 10^{-4}$: the population
+# std divides the squared deviations by $G$ (`unbiased=False`), the sample one by $G-1$.
+# Each answer is **one float**: the advantage of one correct answer (reward 1), not the tensor of
+# all four. Compute it (with torch or by hand), do not call the package.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -203,7 +211,7 @@ def test_rloo_hidden(rloo_advantages):
 seed_group = torch.tensor(checks.SEED_GROUP)
 centred = seed_group - seed_group.mean()
 advantage_population = (centred / (seed_group.std(unbiased=False) + 1e-4))[0].item()  # SOLUTION
-advantage_unbiased = group_advantages(seed_group, 4)[0].item()  # SOLUTION
+advantage_sample = group_advantages(seed_group, 4)[0].item()  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -213,10 +221,10 @@ advantage_unbiased = group_advantages(seed_group, 4)[0].item()  # SOLUTION
 
 
 # %%
-def test_answers(advantage_population, advantage_unbiased):
+def test_answers(advantage_population, advantage_sample):
     from grpo_minimal.labs import advantages as checks
 
-    checks.check_std_question(advantage_population, advantage_unbiased)
+    checks.check_std_question(advantage_population, advantage_sample)
 
 
 # %% [raw]

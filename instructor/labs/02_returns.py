@@ -43,6 +43,11 @@
 # Replace each `...` with your code, run the cell, then run the check below it. A failed check
 # names the case, the input, the expected value, what you returned and a hint. From a terminal,
 # `grpo-minimal lab check notebooks/labs/02_returns.ipynb` checks the whole notebook.
+#
+# **Grading** runs the same kinds of case as the checks below, with other values: other batch
+# sizes and episode lengths, other discounts, other rewards (integer ones too). If every check
+# here passes and your function does not special-case the inputs it was shown, it earns full
+# points.
 
 # %%
 import torch
@@ -57,6 +62,11 @@ torch.manual_seed(0)
 # `rewards` and `mask` are tensors of the same shape `[episodes, T_max]`; `mask` is 1 on the
 # first steps of each row (the episode) and 0 on the padding after it. Return the returns-to-go
 # (4'), a **float** tensor `[episodes, T_max]`, with 0 on padding. Each row is its own episode.
+#
+# The rewards may be float32, float64 or **integers** (an `int64` tensor, e.g. +1 per step as
+# a count); the returns are floats all the same: with $\gamma = 0.5$, integer rewards `[1, 1]`
+# have returns `[1.5, 1.0]`. A result made with `torch.zeros_like(rewards)` has the rewards'
+# dtype, so for integer rewards it would be an integer tensor: create it as a float tensor.
 #
 # - Go **backwards** in time: $R_t$ needs $R_{t+1}$. A loop over the $T_\text{max}$ columns,
 #   each step handling all rows at once, is fine.
@@ -114,7 +124,7 @@ points: 2
 def test_returns_hidden(discounted_returns):
     from grpo_minimal.labs import returns as checks
 
-    checks.check_discounted_returns(discounted_returns, hidden=True)
+    checks.check_discounted_returns(discounted_returns, seed=GRADER_SEED)  # noqa: F821
 
 
 # %% [raw]

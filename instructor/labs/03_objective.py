@@ -58,6 +58,10 @@
 # case, the input, the expected value, what you returned and a hint. From a terminal,
 # `grpo-minimal lab check notebooks/labs/03_objective.ipynb` checks the whole notebook.
 #
+# **Grading** runs the same kinds of case as the checks below, with other values: other ratios,
+# advantages, epsilons, log-probs, batch sizes and masks. If every check here passes and your
+# function does not special-case the inputs it was shown, it earns full points.
+#
 # *Aside.* The lesson's interactive views of (6) and (7), `clipping_explorer()` and
 # `kl_explorer()` from `grpo_minimal.widgets`, work here too (in a running kernel): put one in a
 # spare cell if a picture helps.
@@ -82,7 +86,9 @@ torch.manual_seed(0)
 #
 # Build it from torch operations on `ratio` (`torch.clamp`, `torch.min`, ...): the check also
 # compares the gradient $\partial L^{clip} / \partial \rho$ with the package's, and that gradient
-# is the point of the clip.
+# is the point of the clip. The checks include ratios far from 1 ($10^{-4}$ to $10^4$), float64
+# inputs, $\varepsilon = 0$ and an `epsilon_high` smaller than `epsilon` (the bounds are still
+# $1 - \varepsilon_{low}$ and $1 + \varepsilon_{high}$).
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -132,7 +138,7 @@ points: 2
 def test_clip_hidden(clipped_surrogate):
     from grpo_minimal.labs import objective as checks
 
-    checks.check_clipped_surrogate(clipped_surrogate, hidden=True)
+    checks.check_clipped_surrogate(clipped_surrogate, seed=GRADER_SEED)  # noqa: F821
 
 
 # %% [raw]
@@ -162,8 +168,14 @@ else:
 #
 # Equation (7): $k_3 = e^{x} - x - 1$ with $x = \log \pi_{ref} - \log \pi_\theta$, per token.
 # The first argument is the policy's log-probs, the second the reference's; return a tensor of
-# their shape. Stay in log space: a token the reference finds very unlikely can have a log-prob of
-# $-120$ under it, and `exp(-120)` is 0 in float32.
+# their shape (float32 or float64).
+#
+# **Stay in log space**: compute $x$ from the log-probs, then $e^x - x - 1$ with that $x$. A token
+# the reference finds very unlikely can have a log-prob of $-120$ under it, and `exp(-120)` is 0
+# in float32: a ratio of probabilities, `exp(ref_logps) / exp(logps)`, is then 0 / 0 = NaN (or 0,
+# whose log is $-\infty$), and so is `log(exp(x))` for $x = -119.5$. The checks include tokens
+# with log-probs below $-110$ under both models, and log-ratios $x$ below $-100$, where
+# $k_3 \approx -x - 1$.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -206,7 +218,7 @@ hidden: true
 def test_kl_hidden(kl_k3):
     from grpo_minimal.labs import objective as checks
 
-    checks.check_kl_k3(kl_k3, hidden=True)
+    checks.check_kl_k3(kl_k3, seed=GRADER_SEED)  # noqa: F821
 
 
 # %% [raw]
@@ -251,6 +263,10 @@ else:
 #
 # Return a 0-dim tensor (a loss you can call `.backward()` on). Any other `loss_type` raises
 # `ValueError`.
+#
+# The checks include an **empty completion** (a mask row of 0s: an output with no tokens) and a
+# batch with **no tokens at all**: the loss is then a number, never NaN, for every `loss_type`;
+# that is what the clamps above are for. The losses may be float32 or float64.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -314,7 +330,7 @@ points: 3
 def test_aggregate_hidden(aggregate_loss):
     from grpo_minimal.labs import objective as checks
 
-    checks.check_aggregate_loss(aggregate_loss, hidden=True)
+    checks.check_aggregate_loss(aggregate_loss, seed=GRADER_SEED)  # noqa: F821
 
 
 # %% [raw]

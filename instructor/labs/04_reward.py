@@ -51,6 +51,11 @@
 # or `parse_expr` anywhere in it fails the exercise. From a terminal,
 # `grpo-minimal lab check notebooks/labs/04_reward.ipynb` checks the whole notebook.
 #
+# **Grading** runs the same kinds of case as the checks below, with other values: other numbers
+# in each row of the table below (accepted and refused), other hedges, payloads, lengths and odd
+# completions. If every check here passes and your functions do not special-case the inputs they
+# were shown, they earn full points.
+#
 # ## The formats of this lab
 #
 # The package reads more (`\frac{1}{2}`, `<answer>` tags, `####`, `50%`, `$5`, "42 apples",
@@ -64,7 +69,8 @@
 # | size | up to `MAX_NUMBER_DIGITS` = 40 digits per number (per side of `a/b`), completions up to `MAX_COMPLETION_CHARS` = 10,000 characters | anything longer: not read |
 #
 # Digits are ASCII `0-9`; `-` is the only sign; a thousands comma is followed by exactly three
-# digits, and the first group has no leading zero.
+# digits, and the first group has no leading zero. The checks try every example of this table,
+# accepted and refused, and others like them.
 
 # %%
 import re
@@ -82,7 +88,8 @@ print(f"MAX_COMPLETION_CHARS = {MAX_COMPLETION_CHARS:,}, MAX_NUMBER_DIGITS = {MA
 # ## Exercise 1 · `parse_number`
 #
 # Return the exact value of a text that is **one number** of the table, as a `Fraction`, and
-# `None` for anything else (also for a non-string). Never raise.
+# `None` for anything else: every refusal of the table, a number with more than
+# `MAX_NUMBER_DIGITS` digits, and anything that is not a `str` (`None`, the int `42`). Never raise.
 #
 # Why so strict: `Fraction` and `int` also accept text that is not in the grammar
 # (`Fraction("1e999999999")` computes a billion-digit number, `Fraction("1_000")` is 1000,
@@ -152,7 +159,7 @@ points: 2
 def test_parse_hidden(parse_number):
     from grpo_minimal.labs import reward as checks
 
-    checks.check_parse_number(parse_number, hidden=True)
+    checks.check_parse_number(parse_number, seed=GRADER_SEED)  # noqa: F821 (set by lab build)
 
 
 # %% [raw]
@@ -178,7 +185,8 @@ for text in ["1/2", "0.5", " 0.50 ", "0.5e0", "1,2", "2**-1"]:
 #
 # 1. **Text.** A completion is a `str`, or TRL's conversational format: a list of
 #    `{"role": ..., "content": ...}` messages, of which you score the `content` of the **last**
-#    one. Anything else (`None`, a number, an empty list, content that is not a `str`) scores 0.0.
+#    one. Anything else (`None`, a number, an empty list, content that is not a `str`) scores 0.0;
+#    a message's `content` can be `None` (a tool call, say).
 # 2. **Length.** A text longer than `MAX_COMPLETION_CHARS` scores 0.0 without being read (it
 #    bounds the work per completion; no timeout needed).
 # 3. **Answer spots.** Every `\boxed{...}` (its content, up to the next `}`) and every
@@ -268,7 +276,7 @@ points: 3
 def test_accuracy_hidden(accuracy_reward):
     from grpo_minimal.labs import reward as checks
 
-    checks.check_accuracy_reward(accuracy_reward, hidden=True)
+    checks.check_accuracy_reward(accuracy_reward, seed=GRADER_SEED)  # noqa: F821 (set by lab build)
 
 
 # %% [raw]
@@ -302,16 +310,16 @@ print(scores if scores is not None else "accuracy_reward is not written yet")
 #
 # $$A_i = \frac{r_i - \operatorname{mean}(r)}{\operatorname{std}(r) + \varepsilon} \tag{2}$$
 #
-# with the unbiased std and $\varepsilon = 10^{-4}$ (`group_advantages`). Below is one group of
-# four completions for "15 + 27" (gold 42): an honest right answer, an honest wrong one and two
-# hedges, scored by the *lenient* grader of notebook 05 ("the gold appears somewhere in the
-# text", `checks.lenient_accuracy`, a deliberately bad example).
+# with the sample (Bessel-corrected) std and $\varepsilon = 10^{-4}$ (`group_advantages`). Below
+# is one group of four completions for "15 + 27" (gold 42): an honest right answer, an honest
+# wrong one and two hedges, scored by the *lenient* grader of notebook 05 ("the gold appears
+# somewhere in the text", `checks.lenient_accuracy`, a deliberately bad example).
 #
 # Compute the advantage of the boxed hedge `checks.GROUP[2]` under the lenient grader
 # (`hedge_lenient`) and under an exact grader such as yours (`hedge_strict`), as floats.
 
 # %%
-lenient = checks.lenient_accuracy(checks.GROUP, checks.GOLD)
+lenient = checks.lenient_accuracy(checks.GROUP, checks.GOLDS)
 for completion, reward in zip(checks.GROUP, lenient, strict=True):
     print(f"lenient reward {reward}  {completion!r}")
 
@@ -325,7 +333,7 @@ for completion, reward in zip(checks.GROUP, lenient, strict=True):
 
 # %%
 hedge_lenient = group_advantages(torch.tensor(lenient), 4)[2].item()  # SOLUTION
-strict = accuracy_reward(checks.GROUP, checks.GOLD)  # SOLUTION
+strict = accuracy_reward(checks.GROUP, checks.GOLDS)  # SOLUTION
 hedge_strict = group_advantages(torch.tensor(strict), 4)[2].item()  # SOLUTION
 
 # %% [raw]

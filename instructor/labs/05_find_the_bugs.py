@@ -36,8 +36,8 @@
 # $$k_3 = e^{x} - x - 1, \qquad x = \log\pi_{ref} - \log\pi_\theta \tag{7}$$
 # $$\ell = -L^{clip} + \beta\,k_3 \tag{8}$$
 #
-# In (2) the std is the unbiased ($G-1$) std of the group and $\varepsilon = 10^{-4}$; in (6)
-# $\epsilon = 0.2$ is the clip range.
+# In (2) the std is the sample (Bessel-corrected, $G-1$) std of the group and
+# $\varepsilon = 10^{-4}$; in (6) $\epsilon = 0.2$ is the clip range.
 #
 # **The toy.** To keep every check on the CPU and under a second, the policy is not an LLM but
 # has an LLM's interface. A prompt is a target sum $q \in \{0, \dots, 9\}$; a completion is three
@@ -55,6 +55,11 @@
 # calls your function with the fixed versions of the other four, so it sees one fix at a time. A
 # failed check names the case, the input, the expected and the measured value, and a hint. From a
 # terminal, `grpo-minimal lab check notebooks/labs/05_find_the_bugs.ipynb` checks the notebook.
+#
+# **Grading** runs the same kinds of case as the checks below, with other values: other prompts
+# and group sizes, other seeds for the toy policies, other `eps`, `beta`, `epsilon` and learning
+# rates. Each exercise says what its check measures. If every check here passes and your
+# function does not special-case the inputs it was shown, it earns full points.
 
 # %%
 import torch
@@ -118,7 +123,9 @@ print(checks.train_demo(checks.SEED_TRAINER))
 # Fix: **one** call for the whole batch, `num_return_sequences=G`, which returns row $i$ for
 # prompt $i \,//\, G$: consecutive blocks of $G$, the order `group_advantages` assumes (TRL's
 # order). The check counts the calls with a policy that records them, and reads the order of the
-# rows from a policy that always answers prompt $p$ with the digits $p, p+1, p+2 \bmod 4$.
+# rows from a policy that always answers prompt $p$ with the digits $p, p+1, p+2 \bmod 4$, and
+# compares the completions with what one `generate` call samples: return them unchanged. It
+# uses batches of several prompts and of a single one, with various $G$.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -178,7 +185,7 @@ hidden: true
 def test_sample_group_hidden(sample_group):
     from grpo_minimal.labs import bugs as checks
 
-    checks.check_sample_group(sample_group, hidden=True)
+    checks.check_sample_group(sample_group, seed=GRADER_SEED)
 
 
 # %% [raw]
@@ -228,7 +235,10 @@ print(checks.time_sample_group(sample_group))
 # completions the reward function never saw.
 #
 # The check gives your function a reward function that keeps a copy of every batch it scores
-# and a policy that counts its `generate` calls, then compares the rollout with what they saw.
+# and a policy that counts its `generate` calls, then compares the rollout with what they saw:
+# one `generate` call, one `reward_fn` call, the rollout's completions the scored ones, its
+# rewards theirs and its advantages `group_advantages` of those rewards. It runs with the sum
+# reward above and with a denser one, minus the distance of the digit sum to the target.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -296,7 +306,7 @@ hidden: true
 def test_make_rollout_hidden(make_rollout):
     from grpo_minimal.labs import bugs as checks
 
-    checks.check_make_rollout(make_rollout, hidden=True)
+    checks.check_make_rollout(make_rollout, seed=GRADER_SEED)
 
 
 # %% [raw]
@@ -324,11 +334,15 @@ def test_make_rollout_hidden(make_rollout):
 #
 # (정답 / 오답: right / wrong answer; 양의 / 음의: positive / negative.) 0.43 is the
 # **population** std, $\sqrt{0.1875}$ (divide by $G$). The seed's own code,
-# `std_reward = rewards.std() + 1e-8` (line 301), calls torch's default, the **unbiased** std
-# (divide by $G-1$): 0.5, so the code computes **+0.5 / -1.5**, as TRL and this course do
-# (notebook 01). Either convention can be defended; what cannot is numbers that disagree with the
-# code. The function below was written from the worked numbers. Make it compute equation (2) as
-# the seed's code, TRL and `grpo_minimal.advantages.group_advantages` do.
+# `std_reward = rewards.std() + 1e-8` (line 301), calls torch's default, the **sample**
+# (Bessel-corrected) std (divide by $G-1$): 0.5, so the code computes **+0.5 / -1.5**, as TRL
+# and this course do (notebook 01). Either convention can be defended; what cannot is numbers
+# that disagree with the code. The function below was written from the worked numbers. Make it
+# compute equation (2) as the seed's code, TRL and `grpo_minimal.advantages.group_advantages` do.
+#
+# The check also runs groups of other sizes ($G = 2$ included), a zero-variance group next to
+# another (its advantages are 0, never NaN), an `eps` passed by keyword (use the one you are
+# given) and **integer** rewards (an `int64` tensor: the advantages are floats all the same).
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -363,7 +377,7 @@ def group_advantages(
 def group_advantages(  # noqa: F811
     rewards: torch.Tensor, num_generations: int, eps: float = 1e-4
 ) -> torch.Tensor:
-    """Equation (2) with the unbiased (G-1) std: flat rewards [P*G] -> flat advantages [P*G]."""
+    """Equation (2) with the sample (G-1) std: flat rewards [P*G] -> flat advantages [P*G]."""
     grouped = rewards.float().view(-1, num_generations)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
     std = grouped.std(dim=1, keepdim=True)
@@ -395,7 +409,7 @@ hidden: true
 def test_group_advantages_hidden(group_advantages):
     from grpo_minimal.labs import bugs as checks
 
-    checks.check_group_advantages(group_advantages, hidden=True)
+    checks.check_group_advantages(group_advantages, seed=GRADER_SEED)
 
 
 # %% [raw]
@@ -442,7 +456,9 @@ print(group_advantages(torch.tensor([1.0, 1.0, 0.0, 1.0]), 4))
 # A test of the value cannot see this bug, and the first public cases below pass as it stands.
 # The next one asks autograd: with every advantage 0 the clipped term gives no gradient, so
 # $d\,\text{loss} / d\,\text{logits}$ of equation (8) comes from $\beta\,k_3$ alone, and it must
-# be the gradient of $k_3$, not zero.
+# be the gradient of $k_3$, not zero. The last one takes one SGD step on $\beta\,k_3$ alone, for
+# a policy away from its reference, and measures the exact KL before and after: with a gradient
+# it falls.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -501,7 +517,7 @@ hidden: true
 def test_kl_penalty_hidden(kl_penalty):
     from grpo_minimal.labs import bugs as checks
 
-    checks.check_kl_penalty(kl_penalty, hidden=True)
+    checks.check_kl_penalty(kl_penalty, seed=GRADER_SEED)
 
 
 # %% [raw]
@@ -561,7 +577,9 @@ for label, penalty, beta in [
 # policy away from its reference, samples a rollout with it and runs your function: with
 # `num_iterations=1` every ratio must be exactly 1; with 3 updates, the largest $|\rho - 1|$ must
 # grow from 0 as the fixed trainer's does; and the policy's log-probs after the updates must be
-# the fixed trainer's.
+# the fixed trainer's. The check also passes other values of `beta` and `epsilon` than the
+# defaults, with learning rates large enough for the clip to act: use the arguments you are
+# given.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -667,7 +685,7 @@ hidden: true
 def test_grpo_update_hidden(grpo_update):
     from grpo_minimal.labs import bugs as checks
 
-    checks.check_grpo_update(grpo_update, hidden=True)
+    checks.check_grpo_update(grpo_update, seed=GRADER_SEED)
 
 
 # %% [raw]

@@ -96,7 +96,7 @@ points: 2
 def test_capstone_gain_small(capstone_config, model, tokenizer):
     from grpo_minimal.labs import capstone as checks
 
-    checks.check_model(model, tokenizer, capstone_config(), target=0)
+    checks.check_model(model, tokenizer, capstone_config(), target=0, seed=GRADER_SEED)
 
 
 # %%
@@ -109,7 +109,7 @@ points: 2
 def test_capstone_gain_large(capstone_config, model, tokenizer):
     from grpo_minimal.labs import capstone as checks
 
-    checks.check_model(model, tokenizer, capstone_config(), target=1)
+    checks.check_model(model, tokenizer, capstone_config(), target=1, seed=GRADER_SEED)
 
 
 # %% [raw]
