@@ -85,7 +85,21 @@ def failure(case: Case | str, input_text: str, expected: Any, got: Any, hint: st
     got_text = got if isinstance(got, str) and got.startswith("raised ") else _short(got)
     return CheckFailed(
         f"\n  case:     {name}\n  input:    {input_text}\n  expected: {expected_text}"
-        f"\n  got:      {got_text}\n  hint:     {hint}"
+        f"\n  got:      {got_text}{_difference(got, expected)}\n  hint:     {hint}"
+    )
+
+
+def _difference(got: Any, expected: Any) -> str:
+    """Where two large tensors of one shape differ most (both print as their shape alone)."""
+    if not (isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor)):
+        return ""
+    if got.shape != expected.shape or expected.numel() <= 24:
+        return ""
+    gap = (got.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
+    index = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+    return (
+        f"\n  largest difference: at {list(index)}, got {got[index].item():.6g}, "
+        f"expected {expected[index].item():.6g}"
     )
 
 

@@ -41,6 +41,12 @@
 # runs on the shipped tiny model (`data/tiny_math_lm`: 0.8M parameters, one token per character)
 # on the CPU. Replace each `...`, run the cell, then the check below it. A failed check names the
 # case, the input, the expected value, what you returned and a hint.
+#
+# **Grading** runs the same kinds of case as the checks below, with other values: other token
+# rows and end tokens, other sampled rollouts and temperatures, other problems and settings for
+# the step. If every check here passes and your functions do not special-case the inputs they
+# were shown, they earn full points. The training check (exercise 4) trains again from another
+# seed.
 
 # %%
 import torch
@@ -62,6 +68,10 @@ print("eos:", tokenizer.eos_token_id, " pad:", tokenizer.pad_token_id)
 # tokenizer's pad token fills it up to the longest row (or EOS again, for models whose pad token
 # *is* their EOS). Return the mask of equation (15), `[N, C]`: 1 up to **and including** the first
 # token that is any of `eos_ids`, 0 after it; a row without EOS keeps every token.
+#
+# `eos_ids` is a list **or a tuple** of one or more token ids (a chat model has several end
+# tokens: whichever comes first ends the completion). Rows may have a single token (`C = 1`).
+# Any integer, bool or float dtype of 0/1 values is accepted.
 #
 # Why keep the EOS: stopping is an action the model takes. If the mask drops it, the model is
 # never rewarded for ending an answer. One of the course's seeds does exactly that: it sets the
@@ -116,7 +126,7 @@ hidden: true
 def test_mask_hidden(mask_after_eos):
     from grpo_minimal.labs import llm_step as checks
 
-    checks.check_mask_after_eos(mask_after_eos, hidden=True)
+    checks.check_mask_after_eos(mask_after_eos, seed=GRADER_SEED)
 
 
 # %% [raw]
@@ -164,6 +174,9 @@ print(mask if mask is not None else "mask_after_eos is not written yet")
 #
 # Position ids are optional here: a left-padded row without them is shifted by a constant, which
 # rotary attention does not see (the package passes them; the checks accept either).
+# The checks use rollouts written by hand and rollouts sampled from the model (prompts of
+# different lengths, completions of one token), at temperature 1 and **at other temperatures**:
+# the temperature divides the logits for the log-probs and for the entropy alike.
 # Seed 001 gets step 2 right (`logits[:, input_len-1:-1, :]`, line 67) but samples at
 # `temperature=0.9` (line 87) and scores the tokens at $T = 1$ (line 64), and sums the log-probs
 # of every token, padding after EOS included (line 76).
@@ -231,7 +244,7 @@ points: 3
 def test_logps_hidden(completion_logps):
     from grpo_minimal.labs import llm_step as checks
 
-    checks.check_completion_logps(completion_logps, hidden=True)
+    checks.check_completion_logps(completion_logps, seed=GRADER_SEED)
 
 
 # %% [raw]
@@ -266,7 +279,7 @@ else:
 #
 # | `self.` | what |
 # |---|---|
-# | `cfg` | the `MathConfig`: `num_generations`, `scale_rewards`, `temperature`, `beta`, `epsilon`, `epsilon_high`, `loss_type`, `max_completion_length`, `use_bias_correction_kl`, `max_grad_norm` |
+# | `cfg` | the run's config, a `MathConfig` (`from grpo_minimal.lm_train import MathConfig`): `num_generations`, `scale_rewards`, `temperature`, `beta`, `epsilon`, `epsilon_high`, `loss_type`, `max_completion_length`, `use_bias_correction_kl`, `max_grad_norm` |
 # | `sample(rows)` | step 1: the `Rollout` (one `generate` call, mask (15) applied) |
 # | `reward_funcs`, `reward_weights` | for `score_completions(funcs, weights, prompts, completions, rows)` |
 # | `model`, `reference` | the policy; the frozen reference (`None` when `beta == 0`) |
@@ -284,9 +297,16 @@ else:
 # (the package's step also handles several updates per batch, micro-batches and mixed precision).
 # The check runs your step and the package's from the same trainer on the same completions
 # (`self.sample` returns a fixed rollout there) and compares the loss, a gradient and the update.
-# Score the rollout you compute log-probs on: seed 001 scores one set of responses and then
-# samples another for the loss (lines 101-102, `responses = self.generate_group_responses(...)`
-# after the rewards arrive), so each advantage lands on a completion it was never computed for.
+# It runs the lesson's settings and one change at a time: `cfg.temperature` other than 1,
+# `loss_type` `"grpo"` and `"dr_grpo"`, `beta = 0` (no reference), a large `beta` with
+# `use_bias_correction_kl`, `scale_rewards="none"`, `max_grad_norm = 0` and a shorter schedule.
+# Both log-probs, the policy's and the reference's, are taken **at `cfg.temperature`**.
+#
+# **Call `self.sample` once** and score the rollout you compute log-probs on (in the check, a
+# second call returns other completions, as sampling again would). Seed 001 scores one set of
+# responses and then samples another for the loss (lines 101-102,
+# `responses = self.generate_group_responses(...)` after the rewards arrive), so each advantage
+# lands on a completion it was never computed for.
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -361,7 +381,7 @@ points: 3
 def test_step_hidden(step):
     from grpo_minimal.labs import llm_step as checks
 
-    checks.check_step(step, hidden=True)
+    checks.check_step(step, seed=GRADER_SEED)
 
 
 # %% [raw]
@@ -396,7 +416,8 @@ else:
 # completions from the shipped model (60 with `GRPO_QUICK=1`), drawing the batches as `train_math`
 # does, and measures greedy accuracy on 500 held-out problems before and after (about a minute).
 # With the package's step, 150 steps add about 20 points (45% → 65%); the check asks for 10
-# (5 in quick mode). Nothing to write: this exercise grades exercise 3 by what it does.
+# (5 in quick mode). The check trains from seed 0; grading trains again from seed 1. Nothing to
+# write: this exercise grades exercise 3 by what it does.
 
 # %%
 run = checks.train_with_step(step, progress=True)
@@ -436,7 +457,7 @@ hidden: true
 def test_training_hidden(step):
     from grpo_minimal.labs import llm_step as checks
 
-    checks.check_training(step, hidden=True)
+    checks.check_training(step, seed=GRADER_SEED)
 
 
 # %% [raw]
