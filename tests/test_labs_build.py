@@ -91,9 +91,9 @@ def test_grader_full_marks_for_solutions_zero_for_stubs(built, tmp_path):
         assert float(solution["total"]) == float(solution["possible"]), solution
         assert float(stub["total"]) == 0.0, stub
         assert not solution["problem"] and not stub["problem"]
-        first_failures = [v for k, v in stub.items() if k.endswith(" first failure")]
-        assert first_failures and all(first_failures), stub  # every lost point has a case name
-        assert not any(v for k, v in solution.items() if k.endswith(" first failure"))
+        exercises = [k for k, v in stub.items() if f"{k} first failure" in stub and v != ""]
+        assert exercises and all(stub[f"{e} first failure"] for e in exercises), stub
+        assert not any(solution[f"{e} first failure"] for e in exercises), solution
         stub_text = (feedback / f"{name}-stub.txt").read_text()
         assert "FAIL" in stub_text and "case:" in stub_text and "hint:" in stub_text
         assert "FAIL" not in (feedback / f"{name}-solution.txt").read_text()
@@ -205,36 +205,33 @@ def _grade_folder_of_bad_submissions(tmp_path, grader):
     student = ROOT / STUDENT_DIR / "01_advantages.ipynb"
     folder = tmp_path / "class"
     folder.mkdir()
-    _filled(student, PACKAGE_ANSWERS_01, folder / "a-good.ipynb")
     _filled(student, {0: "while True:\n    pass"}, folder / "b-loops.ipynb")
     _filled(student, {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
             folder / "c-syntax.ipynb")  # fmt: skip
     shutil.copy(ROOT / "notebooks/01_group_relative_advantage.ipynb", folder / "d-not-a-lab.ipynb")
-    _filled(student, {0: "import os, shutil\nfor name in os.listdir('.'):\n"
-                         "    shutil.rmtree(name, ignore_errors=True)\n"
-                         "    if os.path.exists(name): os.remove(name)"},
-            folder / "e-deletes.ipynb")  # fmt: skip
-    _filled(student, PACKAGE_ANSWERS_01, folder / "f-good-after.ipynb")
+    deletes = dict(PACKAGE_ANSWERS_01)  # right answers, after emptying the folder it runs in
+    deletes[0] = ("import os, shutil\nfor name in os.listdir('.'):\n"
+                  "    shutil.rmtree(name, ignore_errors=True)\n"
+                  "    if os.path.exists(name): os.remove(name)\n" + deletes[0])  # fmt: skip
+    _filled(student, deletes, folder / "e-deletes.ipynb")
+    _filled(student, PACKAGE_ANSWERS_01, folder / "f-good-after.ipynb")  # graded after them all
     grades = tmp_path / "grades.csv"
     code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),
-                     "--timeout", "120"])  # fmt: skip
+                     "--timeout", "60"])  # fmt: skip
     return code, {row["notebook"]: row for row in csv.DictReader(grades.open())}, folder
 
 
 def test_a_folder_of_bad_submissions_still_grades_the_good_ones(built, tmp_path):
     out, _ = built
     code, rows, folder = _grade_folder_of_bad_submissions(tmp_path, out / "grader")
-    assert code == 0 and len(rows) == 6
-    for good in ("a-good.ipynb", "f-good-after.ipynb"):
-        assert float(rows[good]["total"]) == float(rows[good]["possible"]) > 0, rows[good]
-        assert not rows[good]["problem"]
-    assert "time limit of 120 s" in rows["b-loops.ipynb"]["problem"]
+    assert code == 0 and len(rows) == 5
+    good = rows["f-good-after.ipynb"]
+    assert float(good["total"]) == float(good["possible"]) > 0 and not good["problem"], good
+    assert "time limit of 60 s" in rows["b-loops.ipynb"]["problem"]
     assert "SyntaxError" in rows["c-syntax.ipynb"]["problem"]
     assert "cell" in rows["c-syntax.ipynb"]["problem"]
     assert "not a lab notebook" in rows["d-not-a-lab.ipynb"]["problem"]
-    assert rows["e-deletes.ipynb"]["problem"] or float(rows["e-deletes.ipynb"]["total"]) < float(
-        rows["a-good.ipynb"]["possible"]
-    )
+    assert rows["e-deletes.ipynb"]["lab"] == "01_advantages"  # graded, or its problem said
     assert sorted(p.name for p in folder.iterdir()) == sorted(rows)  # nothing deleted
     feedback = tmp_path / "grades-feedback"
     assert "time limit" in (feedback / "b-loops.txt").read_text()
