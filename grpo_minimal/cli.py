@@ -337,13 +337,15 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
         raise ValueError(f"--grader: no folder {args.grader}; run `make labs` to build the graders")
     if not args.timeout > 0:
         raise ValueError(f"--timeout: {args.timeout} s; give a positive number of seconds")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs: {args.jobs}; give a whole number >= 1")
     return folder
 
 
 def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
     from .labs.grading import grade_folder
 
-    rows = grade_folder(folder, Path(args.out), Path(args.grader), args.timeout)
+    rows = grade_folder(folder, Path(args.out), Path(args.grader), args.timeout, args.jobs)
     for row in rows:
         problem = f"  ({row['problem']})" if row["problem"] else ""
         print(f"{row['total']:g} / {row['possible']:g}  {row['notebook']}{problem}")
@@ -521,6 +523,12 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_TIMEOUT_S,
         help="seconds one notebook may take to grade before it is stopped (default %(default)g)",
+    )
+    grade.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="notebooks graded at once, each in its own process with its own kernel (default 1)",
     )
     grade.add_argument(
         "--grader", default="build/labs", help="folder of NN_name-autograder.zip (make labs)"

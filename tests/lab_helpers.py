@@ -13,7 +13,7 @@ import pytest
 
 from grpo_minimal.labs.checking import CheckFailed
 
-GRADER_SEEDS = (1, 2, 3, 12_345)
+GRADER_SEEDS = (1, 12_345)
 
 
 def assert_passes(check: Callable, fn: Callable) -> None:

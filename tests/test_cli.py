@@ -139,6 +139,7 @@ BAD_INPUTS = [
     (["lab", "build", "--only", "99_nothing"], "no lab source 99_nothing.py"),
     (["lab", "grade", "notebooks/labs", "--grader", "notebooks", "--timeout", "0"], "--timeout: 0"),
     (["lab", "grade", "no_such_folder"], "holds no submitted .ipynb notebooks"),
+    (["lab", "grade", "notebooks/labs", "--grader", "notebooks", "--jobs", "0"], "--jobs: 0"),
     (["lab", "check", "notebooks/01_group_relative_advantage.ipynb"], "is not a lab notebook"),
 ]
 

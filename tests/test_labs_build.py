@@ -80,7 +80,7 @@ def test_grader_full_marks_for_solutions_zero_for_stubs(built, tmp_path):
         shutil.copy(out / "student" / f"{name}.ipynb", submissions / f"{name}-stub.ipynb")
     grades = tmp_path / "grades.csv"
     code = cli.main(["lab", "grade", str(submissions), "--out", str(grades),
-                     "--grader", str(out / "grader")])  # fmt: skip
+                     "--grader", str(out / "grader"), "--jobs", "2"])  # fmt: skip
     assert code == 0
     rows = {row["notebook"]: row for row in csv.DictReader(grades.open())}
     assert len(rows) == 2 * len(names)
@@ -217,7 +217,7 @@ def _grade_folder_of_bad_submissions(tmp_path, grader):
     _filled(student, PACKAGE_ANSWERS_01, folder / "f-good-after.ipynb")  # graded after them all
     grades = tmp_path / "grades.csv"
     code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),
-                     "--timeout", "60"])  # fmt: skip
+                     "--timeout", "60", "--jobs", "2"])  # fmt: skip
     return code, {row["notebook"]: row for row in csv.DictReader(grades.open())}, folder
 
 

@@ -23,7 +23,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from grpo_minimal.labs.build import GRADER_DIR
@@ -171,8 +173,11 @@ class Graded:
     problem: str | None = None  # not graded, or graded with a problem (a syntax error, ...)
 
 
-def grade_isolated(notebook: Path, grader_dir: Path, timeout_s: float) -> Graded:
-    """Grade a copy of ``notebook`` in a child process and a scratch folder, within ``timeout_s``."""
+def grade_isolated(
+    notebook: Path, grader_dir: Path, timeout_s: float, threads: int | None = None
+) -> Graded:
+    """Grade a copy of ``notebook`` in a child process and a scratch folder, within ``timeout_s``;
+    ``threads`` caps the torch threads of its kernel (jobs in parallel share the cores)."""
     notebook = Path(notebook)
     try:
         lab = lab_name(notebook)
@@ -188,7 +193,7 @@ def grade_isolated(notebook: Path, grader_dir: Path, timeout_s: float) -> Graded
                    str(Path(grader_dir).resolve()), str(result_file)]  # fmt: skip
         process = subprocess.Popen(
             command, cwd=copy.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            start_new_session=True,
+            start_new_session=True, env=_thread_env(threads),
         )  # fmt: skip
         try:
             _, stderr = process.communicate(timeout=timeout_s)
@@ -204,6 +209,13 @@ def grade_isolated(notebook: Path, grader_dir: Path, timeout_s: float) -> Graded
         result = json.loads(result_file.read_text())
     exercises = [ExerciseResult(**e) for e in result["exercises"]]
     return Graded(notebook.name, lab, exercises, result["reports"], "; ".join(problems) or None)
+
+
+def _thread_env(threads: int | None) -> dict[str, str]:
+    """The environment with ``threads`` OpenMP threads (the kernel inherits it), or unchanged."""
+    if threads is None:
+        return dict(os.environ)
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 def _kill_tree(pid: int) -> None:
@@ -222,9 +234,14 @@ def _kill_tree(pid: int) -> None:
 
 
 def grade_folder(
-    folder: Path, out: Path, grader_dir: Path = GRADER_DIR, timeout_s: float = DEFAULT_TIMEOUT_S
+    folder: Path,
+    out: Path,
+    grader_dir: Path = GRADER_DIR,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    jobs: int = 1,
 ) -> list[dict]:
-    """Grade every ``*.ipynb`` in ``folder``; write ``out`` (CSV) and the feedback files.
+    """Grade every ``*.ipynb`` in ``folder``, ``jobs`` at a time; write ``out`` (CSV) and the
+    feedback files.
 
     CSV columns: notebook, lab, per exercise its points and its first failure, total, possible,
     problem. Feedback: ``<out stem>-feedback/<notebook stem>.txt``, every failing check's message.
@@ -235,7 +252,12 @@ def grade_folder(
     # Copies first: a submission that deletes files cannot reach the ones graded after it.
     with tempfile.TemporaryDirectory(prefix="lab-submissions-") as held:
         copies = [Path(shutil.copy(n, Path(held) / n.name)) for n in notebooks]
-        graded = [grade_isolated(c, Path(grader_dir), timeout_s) for c in copies]
+        # Jobs in parallel split the cores: two kernels with all threads each slow both down.
+        threads = None if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
+        grade = partial(grade_isolated, grader_dir=Path(grader_dir), timeout_s=timeout_s,
+                        threads=threads)  # fmt: skip
+        with ThreadPoolExecutor(max_workers=jobs) as pool:  # each job waits on its own process
+            graded = list(pool.map(grade, copies))
     out = Path(out)
     feedback_dir = out.parent / f"{out.stem}-feedback"
     feedback_dir.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@ from grpo_minimal.data import load_train_eval_rows
 from grpo_minimal.labs.checking import (
     Case,
     cases_for,
+    draw_int,
     failure,
     generator,
     raised,
@@ -123,13 +124,8 @@ MASK_PUBLIC = [
 ]
 
 
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """An integer in [low, high], drawn from ``g``."""
-    return int(torch.randint(low, high + 1, (1,), generator=g))
-
-
 def _pick(g: torch.Generator, options: Sequence):
-    return options[_int(g, 0, len(options) - 1)]
+    return options[draw_int(g, 0, len(options) - 1)]
 
 
 def _plain(g: torch.Generator, n: int, eos_ids: Sequence[int]) -> list[int]:
@@ -155,15 +151,15 @@ def mask_twins(seed: int) -> list[Case]:
     end tokens); only the tokens, the lengths and the other end token change."""
     g = generator(seed)
     E = EOS
-    length = _int(g, 4, 8)
-    middle = _int(g, 1, length - 2)
+    length = draw_int(g, 4, 8)
+    middle = draw_int(g, 1, length - 2)
     other, third = _plain(g, 1, [E])[0], _plain(g, 1, [E])[0]
     while third == other:
         third = _plain(g, 1, [E])[0]
     both = [E, other]
-    pad_run, before = _int(g, 2, 4), _int(g, 1, 4)
-    gap = _int(g, 1, 3)
-    late = gap + 3 + _int(g, 0, 2)
+    pad_run, before = draw_int(g, 2, 4), draw_int(g, 1, 4)
+    gap = draw_int(g, 1, 3)
+    late = gap + 3 + draw_int(g, 0, 2)
     batch = [
         _plain(g, length, [E]),  # no EOS
         [E, *_plain(g, length - 1, [E])],  # EOS first
@@ -173,7 +169,7 @@ def mask_twins(seed: int) -> list[Case]:
     order = torch.randperm(len(batch), generator=g).tolist()
     column = [[E], _plain(g, 1, [E]), *[[token] for token in _random_ids(g, 1, 4, [E])[0].tolist()]]
     column = [column[i] for i in torch.randperm(len(column), generator=g).tolist()]
-    first, then = _int(g, 1, 2), _int(g, 1, 2)  # the row goes on after its end token
+    first, then = draw_int(g, 1, 2), draw_int(g, 1, 2)  # the row goes on after its end token
     return [
         Case(
             f"EOS in the middle of a row of {length}",
@@ -265,9 +261,9 @@ def mask_twins(seed: int) -> list[Case]:
                 hint="1 up to and including the first end token of each row, 0 after it",
             )
             for rows, columns, eos in [
-                (_int(g, 6, 16), _int(g, 6, 12), [E]),
-                (_int(g, 6, 16), _int(g, 6, 12), both),
-                (_int(g, 4, 8), _int(g, 20, 30), [third, E, other]),
+                (draw_int(g, 6, 16), draw_int(g, 6, 12), [E]),
+                (draw_int(g, 6, 16), draw_int(g, 6, 12), both),
+                (draw_int(g, 4, 8), draw_int(g, 20, 30), [third, E, other]),
             ]
         ),
     ]
@@ -450,8 +446,8 @@ def _logps_public() -> list[Case]:
 
 
 def _addition(g: torch.Generator, a_digits: int, b_digits: int) -> str:
-    a = _int(g, 10 ** (a_digits - 1), 10**a_digits - 1)
-    b = _int(g, 10 ** (b_digits - 1), 10**b_digits - 1)
+    a = draw_int(g, 10 ** (a_digits - 1), 10**a_digits - 1)
+    b = draw_int(g, 10 ** (b_digits - 1), 10**b_digits - 1)
     return f"{a}+{b}="
 
 
@@ -870,7 +866,7 @@ def step_twins(seed: int) -> list[Case]:
     g = generator(seed + 1)
     T = _pick(g, (0.5, 0.6, 0.7, 0.8, 1.25, 1.5))
     beta = _pick(g, (0.5, 1.0, 2.0))
-    steps, rate = _int(g, 2, 5), _pick(g, (2e-4, 3e-4, 5e-4))
+    steps, rate = draw_int(g, 2, 5), _pick(g, (2e-4, 3e-4, 5e-4))
 
     def case(name: str, part: str, settings: dict, hint: str = "") -> Case:
         return _step_case(name, part, settings, hint, setup)
