@@ -214,6 +214,9 @@ def _grade_folder_of_bad_submissions(tmp_path, grader):
                   "    shutil.rmtree(name, ignore_errors=True)\n"
                   "    if os.path.exists(name): os.remove(name)\n" + deletes[0])  # fmt: skip
     _filled(student, deletes, folder / "e-deletes.ipynb")
+    cut = json.loads(student.read_text())  # a lab's metadata, its cells lost
+    del cut["cells"]
+    (folder / "e2-no-cells.ipynb").write_text(json.dumps(cut))
     _filled(student, PACKAGE_ANSWERS_01, folder / "f-good-after.ipynb")  # graded after them all
     grades = tmp_path / "grades.csv"
     code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),
@@ -224,7 +227,8 @@ def _grade_folder_of_bad_submissions(tmp_path, grader):
 def test_a_folder_of_bad_submissions_still_grades_the_good_ones(built, tmp_path):
     out, _ = built
     code, rows, folder = _grade_folder_of_bad_submissions(tmp_path, out / "grader")
-    assert code == 0 and len(rows) == 5
+    assert code == 0 and len(rows) == 6
+    assert rows["e2-no-cells.ipynb"]["problem"], rows["e2-no-cells.ipynb"]
     good = rows["f-good-after.ipynb"]
     assert float(good["total"]) == float(good["possible"]) > 0 and not good["problem"], good
     assert "time limit of 60 s" in rows["b-loops.ipynb"]["problem"]

@@ -101,10 +101,10 @@ def syntax_errors(notebook: Path) -> list[str]:
 
     transform = TransformerManager().transform_cell
     errors = []
-    for index, cell in enumerate(json.loads(Path(notebook).read_text())["cells"]):
-        if cell["cell_type"] != "code":
+    for index, cell in enumerate(json.loads(Path(notebook).read_text()).get("cells", [])):
+        if cell.get("cell_type") != "code":
             continue
-        source = "".join(cell["source"])
+        source = "".join(cell.get("source", ""))
         try:
             compile(transform(source), f"cell {index}", "exec")
         except SyntaxError as error:
