@@ -1,6 +1,6 @@
 """grpo_minimal: one small, readable GRPO core shared by every notebook of the course.
 
-``import grpo_minimal`` gives the math every trainer shares (advantages, losses, ``GRPOConfig``);
+``import grpo_minimal`` gives the math every trainer shares (advantages, losses, ``ObjectiveConfig``);
 the trainers are modules of their own: ``gym_grpo`` (and ``ppo``) for gymnasium environments,
 ``lm_grpo`` and ``lm_train`` for language models. The README's reading guide gives the order.
 """
@@ -12,7 +12,7 @@ from .advantages import (
     population_std_advantages,
     rloo_advantages,
 )
-from .config import GRPOConfig
+from .config import ObjectiveConfig
 from .losses import (
     aggregate_loss,
     categorical_entropy,
@@ -29,7 +29,7 @@ from .losses import (
 )
 
 __all__ = [
-    "GRPOConfig",
+    "ObjectiveConfig",
     "aggregate_loss",
     "categorical_entropy",
     "categorical_kl",

@@ -30,7 +30,7 @@ from transformers.hf_argparser import string_to_bool
 
 from .envs import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW
 from .gym_grpo import CartPoleConfig
-from .labs.grading import DEFAULT_TIMEOUT_S
+from .labs.commands import add_lab_commands
 from .lm_train import MathConfig
 from .ppo import PPOConfig
 
@@ -305,81 +305,6 @@ def _peek_algo(argv: list[str] | None) -> str:
     return peek.parse_known_args(argv)[0].algo
 
 
-def prepare_lab_check(args: argparse.Namespace) -> Path:
-    notebook = Path(args.notebook)
-    if notebook.suffix != ".ipynb" or not notebook.is_file():
-        raise ValueError(f"notebook: no .ipynb file at {notebook}")
-    from .labs.grading import lab_name
-
-    lab_name(notebook)  # a lab notebook, or a clear error
-    return notebook
-
-
-def run_lab_check(args: argparse.Namespace, notebook: Path) -> dict:
-    from .labs.grading import check_notebook, syntax_errors
-
-    for problem in syntax_errors(notebook):  # said first: the checks below cannot see it
-        print(f"ERROR {problem}")
-    results = check_notebook(notebook)
-    for result in results:
-        print(f"{'PASS' if result.passed else 'FAIL'}  {result.name}")
-        if not result.passed:
-            print("      " + result.first_failure.replace("\n", "\n      "))
-    failed = [r.name for r in results if not r.passed]
-    return {"notebook": str(notebook), "passed": len(results) - len(failed), "failed": failed}
-
-
-def prepare_lab_grade(args: argparse.Namespace) -> Path:
-    folder = Path(args.folder)
-    if not folder.is_dir() or not any(folder.glob("*.ipynb")):
-        raise ValueError(f"folder: {folder} holds no submitted .ipynb notebooks")
-    if not Path(args.grader).is_dir():
-        raise ValueError(f"--grader: no folder {args.grader}; run `make labs` to build the graders")
-    if not args.timeout > 0:
-        raise ValueError(f"--timeout: {args.timeout} s; give a positive number of seconds")
-    if args.jobs < 1:
-        raise ValueError(f"--jobs: {args.jobs}; give a whole number >= 1")
-    return folder
-
-
-def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
-    from .labs.grading import grade_folder
-
-    rows = grade_folder(folder, Path(args.out), Path(args.grader), args.timeout, args.jobs)
-    for row in rows:
-        problem = f"  ({row['problem']})" if row["problem"] else ""
-        print(f"{row['total']:g} / {row['possible']:g}  {row['notebook']}{problem}")
-    out = Path(args.out)
-    feedback = out.parent / f"{out.stem}-feedback"
-    return {"graded": len(rows), "out": args.out, "feedback": str(feedback)}
-
-
-def prepare_lab_build(args: argparse.Namespace) -> None:
-    from .labs.build import STUDENT_DIR, lab_sources, refuse_to_overwrite
-
-    if args.seed is not None and args.seed < 0:
-        raise ValueError(f"--seed: {args.seed} is negative; give a whole number >= 0")
-    if not args.check and not args.force:
-        refuse_to_overwrite(STUDENT_DIR, lab_sources(only=args.only))
-
-
-def run_lab_build(args: argparse.Namespace, _: None) -> dict:
-    from .labs.build import GRADER_DIR, build_labs, check_student_notebooks
-
-    if args.check:
-        stale = check_student_notebooks()
-        for name in stale:
-            print(
-                f"notebooks/labs/{name}.ipynb differs from instructor/labs/{name}.py: run make labs"
-            )
-        return {"stale": stale, "failed": stale}
-    built, seed = build_labs(
-        run_tests=args.run_tests, only=args.only, seed=args.seed, force=args.force
-    )
-    print(f"hidden checks drawn from seed {seed}: it is written only into {GRADER_DIR}/*.zip")
-    return {"built": built, "grader": str(GRADER_DIR), "grader_seed": seed}
-
-
 def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     parser = Parser(
         prog="grpo-minimal", description="GRPO, from CartPole to math-reward LLM training."
@@ -500,58 +425,7 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     )
     ev_math.set_defaults(prepare=prepare_evaluate_math, func=run_evaluate_math)
 
-    lab = commands.add_parser("lab", help="classroom labs: check, grade, build (otter-grader)")
-    lab_commands = lab.add_subparsers(dest="lab_command", required=True)
-    check = lab_commands.add_parser(
-        "check",
-        help="run a lab notebook top to bottom and its public checks: PASS or the first "
-        "failing case per exercise; exit status 1 when any fails",
-    )
-    check.add_argument("notebook", help="a lab notebook, e.g. notebooks/labs/01_advantages.ipynb")
-    check.set_defaults(prepare=prepare_lab_check, func=run_lab_check)
-    grade = lab_commands.add_parser(
-        "grade", help="grade a folder of submitted lab notebooks with the hidden checks (CSV)"
-    )
-    grade.add_argument("folder", help="folder of submitted .ipynb notebooks")
-    grade.add_argument(
-        "--out",
-        default="grades.csv",
-        help="CSV: one row per notebook; feedback files go to <out stem>-feedback/ beside it",
-    )
-    grade.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help="seconds one notebook may take to grade before it is stopped (default %(default)g)",
-    )
-    grade.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="notebooks graded at once, each in its own process with its own kernel (default 1)",
-    )
-    grade.add_argument(
-        "--grader", default="build/labs", help="folder of NN_name-autograder.zip (make labs)"
-    )
-    grade.set_defaults(prepare=prepare_lab_grade, func=run_lab_grade)
-    build = lab_commands.add_parser(
-        "build",
-        help="instructor/labs/*.py -> notebooks/labs/*.ipynb (student) + build/labs (grader)",
-    )
-    build.add_argument(
-        "--check", action="store_true", help="only report student notebooks that are stale"
-    )
-    build.add_argument(
-        "--run-tests", action="store_true", help="let otter run every check on the solutions"
-    )
-    build.add_argument("--only", help="build one lab, e.g. 01_advantages")
-    build.add_argument(
-        "--seed", type=int, help="the grader's seed for the hidden cases (default: a random one)"
-    )
-    build.add_argument(
-        "--force", action="store_true", help="overwrite student notebooks a learner has changed"
-    )
-    build.set_defaults(prepare=prepare_lab_build, func=run_lab_build)
+    add_lab_commands(commands)
     return parser
 
 

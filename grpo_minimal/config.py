@@ -1,8 +1,8 @@
 """What every configuration shares: validation, documented fields, and GRPO's own knobs.
 
 Each trainer's configuration lives beside the code it configures, CleanRL-style, and extends
-``GRPOConfig`` (or ``ValidatedConfig``): ``CartPoleConfig`` in ``gym_grpo.py``, ``PPOConfig`` in
-``ppo.py``, ``MathConfig`` in ``lm_train.py``. Names follow TRL's ``GRPOConfig`` where the idea
+``ObjectiveConfig`` (or ``ValidatedConfig``): ``CartPoleConfig`` in ``gym_grpo.py``, ``PPOConfig`` in
+``ppo.py``, ``MathConfig`` in ``math_config.py``. Names follow TRL's ``GRPOConfig`` where the idea
 is the same (``num_generations``, ``beta``, ``epsilon``, ``epsilon_high``, ``loss_type``,
 ``scale_rewards``, ``num_iterations``), so that what a learner sets here means the same thing in
 TRL. A bad value raises ``ValueError`` naming the field, the value and what is allowed. Each
@@ -79,7 +79,7 @@ class ValidatedConfig:
 
 
 @dataclass
-class GRPOConfig(ValidatedConfig):
+class ObjectiveConfig(ValidatedConfig):
     """The GRPO objective's knobs, shared by every trainer in the course."""
 
     num_generations: int = option(

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from .advantages import discounted_returns, masked_mean_std
-from .config import GRPOConfig, check_choice, check_range, option, override
+from .config import ObjectiveConfig, check_choice, check_range, option, override
 from .envs import (
     TRAIN_SEED_LOW,
     CategoricalPolicy,
@@ -52,7 +52,7 @@ BASELINES = ("mean", "rloo")
 
 
 @dataclass
-class CartPoleConfig(GRPOConfig, EnvConfig):
+class CartPoleConfig(ObjectiveConfig, EnvConfig):
     """GRPO on a discrete-action gymnasium environment (CartPole-v1 by default).
 
     A group is ``num_generations`` episodes that start from the same reset seed. The defaults
@@ -74,12 +74,12 @@ class CartPoleConfig(GRPOConfig, EnvConfig):
         "i.e. scale the centred value by n/(n-1) (equation 3)",
     )
 
-    num_iterations: int = override(GRPOConfig, "num_iterations", 4)
-    learning_rate: float = override(GRPOConfig, "learning_rate", 3e-3)
-    max_grad_norm: float = override(GRPOConfig, "max_grad_norm", 0.5)
-    loss_type: str = override(GRPOConfig, "loss_type", "bnpo")
-    beta: float = override(GRPOConfig, "beta", 0.0)
-    ref_update_every: int = override(GRPOConfig, "ref_update_every", 0)
+    num_iterations: int = override(ObjectiveConfig, "num_iterations", 4)
+    learning_rate: float = override(ObjectiveConfig, "learning_rate", 3e-3)
+    max_grad_norm: float = override(ObjectiveConfig, "max_grad_norm", 0.5)
+    loss_type: str = override(ObjectiveConfig, "loss_type", "bnpo")
+    beta: float = override(ObjectiveConfig, "beta", 0.0)
+    ref_update_every: int = override(ObjectiveConfig, "ref_update_every", 0)
 
     def validate(self) -> None:
         super().validate()

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .lm_grpo import LMGRPOTrainer, Rollout
+from .completions import CompletionGroups
+from .lm_grpo import LMGRPOTrainer
 from .lm_model import load_model
 from .lm_train import MathConfig, evaluate_accuracy, train_math
 from .rewards import accuracy_reward, lenient_accuracy_reward
@@ -81,7 +82,7 @@ class WatchedTrainer(LMGRPOTrainer):
     the strict accuracy (whatever the training reward is) and the mean length of the strictly
     wrong completions."""
 
-    def step(self, rows: Sequence[dict]) -> tuple[dict, Rollout]:
+    def step(self, rows: Sequence[dict]) -> tuple[dict, CompletionGroups]:
         record, rollout = super().step(rows)
         golds = [row["answer"] for row in rollout.rows]
         right = torch.tensor(accuracy_reward(rollout.completions, golds)) == 1.0

@@ -25,116 +25,23 @@ autocast (``device.py``). The training loop, evaluation and checkpoints are in `
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from .advantages import group_advantages
+from .completions import CompletionGroups, sample_completions, truncated_fraction
 from .device import autocast, grad_scaler, pick_dtype
 from .lm_model import enable_activation_checkpointing, eos_token_ids, format_prompt
 from .losses import grpo_loss, masked_mean
+from .math_config import MathConfig
 from .prompt_cache import shared_prompt_logits
 from .rewards import RewardFunc, reward_functions, reward_stats, score_completions
 
-if TYPE_CHECKING:
-    from .lm_train import MathConfig
 
-
-@dataclass
-class Rollout:
-    """P distinct prompts x G completions = N rows; completion i answers prompt i // G.
-
-    Prompts are stored once (left-padded), completions right-padded.
-    """
-
-    prompt_ids: torch.Tensor  # [P, Lp], one row per distinct prompt
-    prompt_mask: torch.Tensor  # [P, Lp]
-    completion_ids: torch.Tensor  # [N, C]
-    completion_mask: torch.Tensor  # [N, C], equation (15)
-    prompts: list[str] = field(default_factory=list)  # N prompt texts (each repeated G times)
-    completions: list[str] = field(default_factory=list)  # N decoded completions
-    rows: list[dict] = field(default_factory=list)  # N dataset rows, for the reward functions
-
-    @property
-    def num_generations(self) -> int:
-        return self.completion_ids.shape[0] // self.prompt_ids.shape[0]
-
-    def split(self, parts: int) -> list[tuple[slice, Rollout]]:
-        """``parts`` equal micro-batches of whole groups: (their rows, the micro-rollout)."""
-        G, prompts = self.num_generations, self.prompt_ids.shape[0]
-        if prompts % parts:  # unequal micro-batches would weight the loss unevenly
-            raise ValueError(
-                f"gradient_accumulation_steps={parts} must divide the number of prompts in a "
-                f"step, got {prompts} prompts"
-            )
-        size, micro = prompts // parts, []
-        for start in range(0, prompts, size):
-            p, r = slice(start, start + size), slice(start * G, (start + size) * G)
-            micro.append((r, Rollout(self.prompt_ids[p], self.prompt_mask[p],
-                                     self.completion_ids[r], self.completion_mask[r],
-                                     self.prompts[r], self.completions[r], self.rows[r])))  # fmt: skip
-        return micro
-
-
-def mask_after_eos(completion_ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
-    """Equation (15): 1 up to and including the first EOS of each row, 0 after it."""
-    is_eos = torch.isin(completion_ids, torch.tensor(list(eos_ids), device=completion_ids.device))
-    seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # an EOS earlier in the row
-    return (~seen_before).long()
-
-
-@torch.no_grad()
-def sample_completions(
-    model, tokenizer, rows: Sequence[dict], prompts: Sequence[str], *, num_generations: int,
-    max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, do_sample: bool = True,
-    eos_ids: Sequence[int] | None = None, amp=None,
-) -> Rollout:  # fmt: skip
-    """Step 1: G completions of each prompt, all in one batched ``generate`` call.
-
-    The sampling settings are a fresh ``GenerationConfig`` that stands in for the model's own
-    during the call: transformers fills every setting left unset from the model's generation
-    config, so a chat model's ``top_k=20``, ``min_p`` or ``repetition_penalty`` would otherwise
-    change the distribution whose log-probs the loss uses.
-    """
-    from transformers import GenerationConfig
-
-    G = num_generations
-    device = next(model.parameters()).device
-    eos_ids = list(eos_ids or eos_token_ids(model, tokenizer))
-    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
-    prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
-    sampling = {"temperature": temperature, "top_p": top_p, "top_k": 0} if do_sample else {}
-    config = GenerationConfig(do_sample=do_sample, max_new_tokens=max_new_tokens,
-                              pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids,
-                              **sampling)  # fmt: skip
-    own_config, was_training = model.generation_config, model.training
-    model.generation_config = config
-    model.eval()
-    try:
-        with amp if amp is not None else contextlib.nullcontext():
-            output = model.generate(input_ids=prompt_ids.repeat_interleave(G, dim=0),
-                                    attention_mask=prompt_mask.repeat_interleave(G, dim=0),
-                                    generation_config=config)  # fmt: skip
-    finally:
-        model.generation_config = own_config
-        model.train(was_training)
-    completion_ids = output[:, prompt_ids.shape[1] :]
-    completion_mask = mask_after_eos(completion_ids, eos_ids)
-    completion_ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id)
-    return Rollout(
-        prompt_ids, prompt_mask, completion_ids, completion_mask,
-        prompts=[p for p in prompts for _ in range(G)],
-        completions=tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
-        rows=[r for r in rows for _ in range(G)],
-    )  # fmt: skip
-
-
-def completion_logits(model, rollout: Rollout) -> torch.Tensor:
+def completion_logits(model, rollout: CompletionGroups) -> torch.Tensor:
     """Logits [N, C, vocab] at the C positions that predict the completion tokens: one pass over
     prompt + completion for every row, keeping only the last C + 1 positions."""
     G, C = rollout.num_generations, rollout.completion_ids.shape[1]
@@ -149,7 +56,7 @@ def completion_logits(model, rollout: Rollout) -> torch.Tensor:
 
 
 def completion_logps(
-    model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
+    model, rollout: CompletionGroups, temperature: float = 1.0, with_entropy: bool = False,
     share_prompts: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """Step 4, equation (16): log pi(o_t | q, o_<t) = z[o_t] - logsumexp(z), z = logits / T, for
@@ -170,16 +77,6 @@ def completion_logps(
             probs = torch.softmax(logits, dim=-1)
             entropy = torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
     return logps, entropy
-
-
-def truncated_fraction(completion_ids: torch.Tensor, eos_ids: Sequence[int]) -> float:
-    """Fraction of completions with no EOS: cut at ``max_completion_length`` before they ended.
-
-    Such a completion rarely holds a full answer; when most are cut, rewards go flat (TRL logs
-    the same number as ``completions/clipped_ratio``)."""
-    eos = torch.tensor(list(eos_ids), device=completion_ids.device)
-    ended = torch.isin(completion_ids, eos).any(dim=1)
-    return 1.0 - ended.float().mean().item()
 
 
 class LMGRPOTrainer:
@@ -218,7 +115,7 @@ class LMGRPOTrainer:
     def amp(self):
         return autocast(self.device, self.dtype)
 
-    def sample(self, rows: Sequence[dict]) -> Rollout:
+    def sample(self, rows: Sequence[dict]) -> CompletionGroups:
         """Step 1 on dataset rows (prompts formatted with ``cfg.prompt_template``)."""
         cfg = self.cfg
         prompts = [format_prompt(r["prompt"], self.tokenizer, cfg.prompt_template) for r in rows]
@@ -229,7 +126,7 @@ class LMGRPOTrainer:
         )  # fmt: skip
 
     @torch.no_grad()
-    def fixed_logps(self, model, rollout: Rollout) -> torch.Tensor:
+    def fixed_logps(self, model, rollout: CompletionGroups) -> torch.Tensor:
         """Step 4: log-probs that stay fixed during the update (old policy or reference)."""
         parts = []
         for _, micro in rollout.split(self.cfg.gradient_accumulation_steps):
@@ -239,7 +136,7 @@ class LMGRPOTrainer:
         return torch.cat(parts)
 
     def advantages(
-        self, rewards: torch.Tensor, rollout: Rollout
+        self, rewards: torch.Tensor, rollout: CompletionGroups
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Step 3: one advantage per completion (equation (1) or (2), ``scale_rewards``) and the
         mask of the tokens the loss counts. ``rft.RFTTrainer`` overrides it."""
@@ -247,7 +144,7 @@ class LMGRPOTrainer:
         advantages = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
         return advantages, rollout.completion_mask
 
-    def step(self, rows: Sequence[dict]) -> tuple[dict, Rollout]:
+    def step(self, rows: Sequence[dict]) -> tuple[dict, CompletionGroups]:
         """One GRPO step on ``prompts_per_step`` dataset rows. Returns (metrics, rollout)."""
         cfg, G = self.cfg, self.cfg.num_generations
         start = time.perf_counter()

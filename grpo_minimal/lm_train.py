@@ -3,7 +3,7 @@
 ``train_math`` draws ``prompts_per_step`` rows per step from shuffled passes over the training
 data, runs ``LMGRPOTrainer.step`` (``lm_grpo.py``, the algorithm), measures held-out greedy
 accuracy before the first step and after the last (``evaluate_accuracy``), and writes metrics and
-atomic Hugging Face checkpoints (``save_checkpoint``). ``MathConfig`` holds every setting.
+atomic Hugging Face checkpoints (``save_checkpoint``). ``MathConfig`` (``math_config.py``) holds every setting.
 """
 
 from __future__ import annotations
@@ -14,17 +14,16 @@ import shutil
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 from transformers import set_seed
 
-from .config import GRPOConfig, check_choice, check_range, option, override
+from .completions import sample_completions
 from .data import check_held_out, check_rows, load_eval_rows, load_math_rows
-from .device import DEVICE_NAMES, DTYPE_NAMES, autocast, peak_memory_mb, pick_device, pick_dtype
-from .lm_grpo import LMGRPOTrainer, sample_completions
+from .device import autocast, peak_memory_mb, pick_device, pick_dtype
+from .lm_grpo import LMGRPOTrainer
 from .lm_model import (
     check_prompt_lengths,
     eos_token_ids,
@@ -32,171 +31,9 @@ from .lm_model import (
     load_model,
     quiet_transformers,
 )
+from .math_config import MathConfig
 from .rewards import RewardFunc, accuracy_reward, extract_value, parse_gold
 from .sampling_metrics import majority_vote, pass_at_k
-
-PROMPT_TEMPLATES = ("plain", "r1", "boxed")
-
-
-@dataclass
-class MathConfig(GRPOConfig):
-    """GRPO on a causal LM with verifiable math rewards (``lm_grpo.py``, ``lm_train.py``).
-
-    The defaults are the CPU lesson of notebook 06: the shipped tiny model (``data/tiny_math_lm``)
-    learns two-digit addition from the accuracy reward. ``MathConfig.for_device()`` returns them
-    on a CPU and the real-model settings of ``GPU_DEFAULTS`` (Qwen2.5-0.5B-Instruct on GSM8K) on a
-    CUDA GPU; keyword arguments override either. Names follow TRL's ``GRPOConfig`` where the idea
-    is the same (``max_completion_length``, ``temperature``, ``top_p``, ``max_steps``,
-    ``gradient_accumulation_steps``, ``gradient_checkpointing``); one step samples
-    ``prompts_per_step * num_generations`` completions, TRL's ``per_device_train_batch_size``.
-    ``beta`` defaults to 0.04 (DeepSeekMath's value; TRL's default is 0) so that the lesson can
-    show the KL to the reference model.
-    """
-
-    model: str = option(
-        "tiny",
-        "a local Hugging Face model folder or a Hub id; tiny means the shipped data/tiny_math_lm",
-    )
-    dataset: str = option(
-        "arithmetic",
-        "arithmetic, arithmetic_mix, gsm8k (Hub), gsm8k_sample or a .jsonl file with prompt and"
-        " answer fields",
-    )
-    eval_split: str = option(
-        "test",
-        "split used for held-out accuracy (train or test), or a .jsonl file of held-out problems",
-    )
-    prompt_template: str = option(
-        "plain",
-        "plain: the dataset prompt as it is; r1: the chat template with a system prompt asking "
-        "for <think>...</think><answer>...</answer>; boxed: the chat template, asking for "
-        "\\boxed{answer}",
-    )
-    prompts_per_step: int = option(
-        8, "distinct prompts per step; each gets num_generations completions"
-    )
-    max_completion_length: int = option(
-        5, "new tokens sampled per completion at most (a completion also ends at EOS)"
-    )
-    temperature: float = option(
-        1.0, "sampling temperature; log-probs are computed at the same temperature, as in TRL"
-    )
-    top_p: float = option(
-        1.0,
-        "nucleus sampling: keep the smallest set of tokens with this much probability; 1 keeps all",
-    )
-    max_steps: int = option(600, "GRPO steps (one sampled batch each)")
-    time_budget_s: float = option(
-        0.0, "stop once training has run this many seconds; 0 means no limit"
-    )
-    gradient_accumulation_steps: int = option(
-        1,
-        "split each batch into this many micro-batches of whole groups (one backward each) "
-        "before the optimizer step: the same update with less memory; must divide "
-        "prompts_per_step",
-    )
-    gradient_checkpointing: bool = option(
-        False,
-        "recompute activations in the backward pass instead of storing them (less GPU memory)",
-    )
-    weight_decay: float = option(0.0, "AdamW weight decay (TRL's default is 0)")
-    lr_scheduler_type: str = option(
-        "linear", "linear: decay the learning rate to 0 over max_steps (TRL's default); constant"
-    )
-    format_weight: float = option(
-        0.0,
-        "reward = accuracy + format_weight * format (format_reward: the strict <think>/<answer>"
-        " form); 0 uses the accuracy reward alone",
-    )
-    eval_n: int = option(
-        500, "held-out problems for greedy accuracy (the first eval_n of the split)"
-    )
-    allow_eval_overlap: bool = option(
-        False,
-        'measure "held-out" accuracy even when evaluation prompts are also training prompts '
-        "(the overlap is counted and logged); False refuses such a run",
-    )
-    eval_every: int = option(
-        100, "also measure held-out accuracy every this many steps (0: only before and after)"
-    )
-    save_every: int = option(
-        0, "write a checkpoint to the output folder every this many steps (0: only at the end)"
-    )
-    device: str = option("auto", "auto (CUDA if available, else CPU), cpu, cuda or cuda:N")
-    dtype: str = option(
-        "auto",
-        "compute precision: auto (bfloat16 on GPUs that support it, else float16; float32 on "
-        "CPU), float32, bfloat16 or float16; weights stay float32",
-    )
-
-    num_generations: int = override(GRPOConfig, "num_generations", 8)
-    loss_type: str = override(GRPOConfig, "loss_type", "dapo")
-    beta: float = override(GRPOConfig, "beta", 0.04)
-    learning_rate: float = override(GRPOConfig, "learning_rate", 1e-4)
-
-    # Not fields (no annotation): the real-model configuration used on a CUDA GPU.
-    GPU_DEFAULTS = {
-        "model": "Qwen/Qwen2.5-0.5B-Instruct",
-        "dataset": "gsm8k",
-        "prompt_template": "r1",
-        "format_weight": 0.2,
-        "max_completion_length": 256,
-        "prompts_per_step": 8,
-        "num_generations": 8,
-        "gradient_accumulation_steps": 8,
-        "gradient_checkpointing": True,
-        "learning_rate": 1e-6,
-        "beta": 0.04,
-        "temperature": 0.9,
-        "max_steps": 200,
-        "eval_n": 200,
-        "eval_every": 50,
-    }
-
-    @classmethod
-    def for_device(cls, device: str = "auto", **overrides) -> MathConfig:
-        """The CPU defaults, or ``GPU_DEFAULTS`` when ``device`` is (or auto-detects) CUDA.
-
-        Asking for the shipped tiny model (``model="tiny"``) keeps the CPU lesson's settings on
-        any device: the real-model settings (chat template, long completions) do not fit it.
-        """
-        cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-        real_model = overrides.get("model", cls.GPU_DEFAULTS.get("model")) != "tiny"
-        values = dict(cls.GPU_DEFAULTS) if cuda and real_model else {}
-        values.update(overrides)
-        return cls(device=device, **values)
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("model", "dataset", "eval_split"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
-                raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
-        check_choice("prompt_template", self.prompt_template, PROMPT_TEMPLATES)
-        check_range("prompts_per_step", self.prompts_per_step, 1)
-        check_range("max_completion_length", self.max_completion_length, 1)
-        check_range("temperature", self.temperature, 0.0, low_open=True)
-        check_range("top_p", self.top_p, 0.0, 1.0, low_open=True)
-        check_range("max_steps", self.max_steps, 1)
-        check_range("time_budget_s", self.time_budget_s, 0.0)
-        check_range("gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
-        if self.prompts_per_step % self.gradient_accumulation_steps:
-            raise ValueError(
-                f"gradient_accumulation_steps must divide prompts_per_step={self.prompts_per_step}"
-                f" (a micro-batch holds whole groups), got {self.gradient_accumulation_steps}"
-            )
-        check_range("weight_decay", self.weight_decay, 0.0)
-        check_choice("lr_scheduler_type", self.lr_scheduler_type, ("linear", "constant"))
-        check_range("format_weight", self.format_weight, 0.0)
-        check_range("eval_n", self.eval_n, 1)
-        check_range("eval_every", self.eval_every, 0)
-        check_range("save_every", self.save_every, 0)
-        if self.device not in DEVICE_NAMES and not self.device.startswith("cuda:"):
-            raise ValueError(f"device must be one of {DEVICE_NAMES} or cuda:N, got {self.device!r}")
-        check_choice("dtype", self.dtype, DTYPE_NAMES)
-        if not isinstance(self.gradient_checkpointing, bool):
-            raise ValueError(
-                f"gradient_checkpointing must be True or False, got {self.gradient_checkpointing!r}"
-            )
 
 
 def setup(cfg: MathConfig):

@@ -156,7 +156,7 @@ class ActorCritic(nn.Module):
 
 
 @dataclass
-class Rollout:
+class Transitions:
     """``num_steps`` transitions from each of ``num_envs`` environments, all tensors [T, N, ...]."""
 
     obs: torch.Tensor  # [T, N, obs_dim] s_t
@@ -177,7 +177,7 @@ def collect_rollout(
     running_returns: np.ndarray,
     finished: list[float],
     generator: torch.Generator | None = None,
-) -> tuple[Rollout, np.ndarray]:
+) -> tuple[Transitions, np.ndarray]:
     """Step the vector env ``num_steps`` times from ``obs``; returns the rollout and the last obs.
 
     ``running_returns`` (one per env) accumulates rewards in place; when an episode ends its
@@ -205,7 +205,7 @@ def collect_rollout(
         steps["next"].append(torch.as_tensor(true_next))
         obs = next_obs
     stacked = {k: torch.stack(v) for k, v in steps.items()}
-    rollout = Rollout(
+    rollout = Transitions(
         obs=stacked["obs"],
         actions=stacked["actions"],
         logps=stacked["logps"],

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from .lm_grpo import Rollout
+    from .completions import CompletionGroups
 
 
-def shared_prompt_logits(model, rollout: Rollout) -> torch.Tensor:
+def shared_prompt_logits(model, rollout: CompletionGroups) -> torch.Tensor:
     """``lm_grpo.completion_logits`` with each prompt encoded once for its G completions.
 
     The prompt's key/value cache is copied G times and the completions run on from it: the same

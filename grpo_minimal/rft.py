@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import torch
 
-from .lm_grpo import LMGRPOTrainer, Rollout
+from .completions import CompletionGroups
+from .lm_grpo import LMGRPOTrainer
 
 
 class RFTTrainer(LMGRPOTrainer):
@@ -50,7 +51,7 @@ class RFTTrainer(LMGRPOTrainer):
         super().__init__(cfg, *args, **kwargs)
 
     def advantages(
-        self, rewards: torch.Tensor, rollout: Rollout
+        self, rewards: torch.Tensor, rollout: CompletionGroups
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A_i = 1 for every completion; the mask keeps the tokens of the correct ones only."""
         correct = (rewards >= self.threshold).to(rollout.completion_mask.device)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from grpo_minimal import GRPOConfig
+from grpo_minimal import ObjectiveConfig
 from grpo_minimal.gym_grpo import CartPoleConfig
 
 
@@ -27,7 +27,7 @@ from grpo_minimal.gym_grpo import CartPoleConfig
 )
 def test_grpo_config_names_the_bad_field(field, value, message):
     with pytest.raises(ValueError, match=message):
-        GRPOConfig(**{field: value})
+        ObjectiveConfig(**{field: value})
 
 
 @pytest.mark.parametrize(
@@ -50,4 +50,4 @@ def test_cartpole_config_names_the_bad_field(field, value):
 
 def test_gamma_one_is_allowed_and_defaults_are_valid():
     assert CartPoleConfig(gamma=1.0).gamma == 1.0
-    assert GRPOConfig().to_dict()["loss_type"] == "grpo"
+    assert ObjectiveConfig().to_dict()["loss_type"] == "grpo"

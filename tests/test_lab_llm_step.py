@@ -20,7 +20,7 @@ from lab_helpers import (
     assert_same_verdict,
 )
 
-from grpo_minimal import group_advantages, grpo_loss
+from grpo_minimal import completions, group_advantages, grpo_loss
 from grpo_minimal import lm_grpo as package
 from grpo_minimal.labs import llm_step as checks
 from grpo_minimal.labs.checking import PUBLIC_SEED, CheckFailed
@@ -101,7 +101,7 @@ MASK_WRONG = {  # the mistake -> the case that details it, a piece of its hint
 }
 
 
-@pytest.mark.parametrize("fn", [reference_mask, package.mask_after_eos, bool_mask])
+@pytest.mark.parametrize("fn", [reference_mask, completions.mask_after_eos, bool_mask])
 def test_mask_reference_and_package_pass(fn):
     assert_passes(checks.check_mask_after_eos, fn)
 
@@ -489,8 +489,8 @@ def test_hidden_twins_are_fresh_values_of_the_public_kinds(twins):
     assert [kind(c) for c in public] == [kind(c) for c in hidden]
 
     def tensors(case):
-        arg = case.args[1] if isinstance(case.args[1], package.Rollout) else case.args[0]
-        return arg.completion_ids if isinstance(arg, package.Rollout) else arg
+        arg = case.args[1] if isinstance(case.args[1], completions.CompletionGroups) else case.args[0]
+        return arg.completion_ids if isinstance(arg, completions.CompletionGroups) else arg
 
     assert any(
         tensors(p).shape != tensors(h).shape or not torch.equal(tensors(p), tensors(h))

@@ -16,16 +16,10 @@ from numerics import FLOAT32_ULP, assert_close_float64
 
 from grpo_minimal import group_advantages, grpo_loss
 from grpo_minimal.cli import main as cli_main
+from grpo_minimal.completions import CompletionGroups, mask_after_eos, sample_completions
 from grpo_minimal.data import count_overlap, load_train_eval_rows
 from grpo_minimal.device import autocast, peak_memory_mb, pick_device, pick_dtype
-from grpo_minimal.lm_grpo import (
-    LMGRPOTrainer,
-    Rollout,
-    completion_logits,
-    completion_logps,
-    mask_after_eos,
-    sample_completions,
-)
+from grpo_minimal.lm_grpo import LMGRPOTrainer, completion_logits, completion_logps
 from grpo_minimal.lm_model import TINY_MODEL, check_prompt_lengths, format_prompt, load_model
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy, save_checkpoint, train_math
 from grpo_minimal.rewards import score_completions
@@ -171,7 +165,7 @@ def tiny64():
     return model.double(), tokenizer
 
 
-def unpadded_logps(model, rollout: Rollout, temperature: float) -> list[torch.Tensor]:
+def unpadded_logps(model, rollout: CompletionGroups, temperature: float) -> list[torch.Tensor]:
     """The textbook way, one completion at a time with no padding at all: a forward over its
     real prompt tokens and completion tokens, a full log-softmax. Any position error in the
     batched, left-padded path (rotary models hide a constant shift) shows against this."""

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # transformers
 from numerics import assert_close_float32_sums  # noqa: E402
 
 from grpo_minimal import group_advantages, grpo_loss  # noqa: E402
-from grpo_minimal.lm_grpo import Rollout, completion_logps, mask_after_eos  # noqa: E402
+from grpo_minimal.completions import CompletionGroups, mask_after_eos  # noqa: E402
+from grpo_minimal.lm_grpo import completion_logps  # noqa: E402
 from grpo_minimal.lm_model import TINY_MODEL, load_model  # noqa: E402
 from grpo_minimal.lm_train import MathConfig  # noqa: E402
 from grpo_minimal.trl_bridge import make_trl_trainer  # noqa: E402
@@ -74,7 +75,7 @@ def batch(tiny):
             completion[row, eos_at] = tokenizer.eos_token_id
     mask = mask_after_eos(completion, [tokenizer.eos_token_id])
     completion = completion.masked_fill(mask == 0, tokenizer.pad_token_id)
-    rollout = Rollout(enc["input_ids"], enc["attention_mask"], completion, mask)
+    rollout = CompletionGroups(enc["input_ids"], enc["attention_mask"], completion, mask)
     with torch.no_grad():
         logps, _ = completion_logps(model, rollout)
     noise = lambda scale: scale * torch.randn(logps.shape, generator=gen)  # noqa: E731

@@ -42,6 +42,7 @@ import torch
 from transformers import set_seed
 
 from grpo_minimal import lm_grpo as package
+from grpo_minimal.completions import CompletionGroups, sample_completions
 from grpo_minimal.data import load_train_eval_rows
 from grpo_minimal.labs.checking import (
     Case,
@@ -52,7 +53,7 @@ from grpo_minimal.labs.checking import (
     raised,
     run_cases,
 )
-from grpo_minimal.lm_grpo import LMGRPOTrainer, Rollout, sample_completions
+from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.lm_model import load_model
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy
 from grpo_minimal.rewards import accuracy_reward
@@ -288,7 +289,7 @@ def check_mask_after_eos(fn: Callable, seed: int | None = None) -> None:
 
 def make_rollout(
     prompts: Sequence[str], completions: Sequence[str], num_generations: int
-) -> Rollout:
+) -> CompletionGroups:
     """A rollout written by hand: ``completions`` (G per prompt, in order) are strings of the
     tiny model's characters, ``$`` standing for <eos>; prompts are left-padded, completions
     right-padded with <pad>, and the mask is equation (15)."""
@@ -302,7 +303,7 @@ def make_rollout(
     ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
     mask = package.mask_after_eos(ids, [tokenizer.eos_token_id])
     G = num_generations
-    return Rollout(
+    return CompletionGroups(
         enc["input_ids"], enc["attention_mask"], ids, mask,
         prompts=[p for p in prompts for _ in range(G)],
         completions=[c.replace("$", "") for c in completions],
@@ -318,7 +319,7 @@ def _gold(prompt: str) -> int:
 
 @functools.cache
 def sampled_rollout(seed: int, prompts: tuple[str, ...], num_generations: int, max_new_tokens: int,
-                    temperature: float = 1.0) -> Rollout:  # fmt: skip
+                    temperature: float = 1.0) -> CompletionGroups:  # fmt: skip
     """Completions sampled from the tiny model (seeded), as ``sample_completions`` returns them.
     The caller's random state is left as it was."""
     model, tokenizer = _tiny()
@@ -330,7 +331,7 @@ def sampled_rollout(seed: int, prompts: tuple[str, ...], num_generations: int, m
                                   temperature=temperature)  # fmt: skip
 
 
-def _describe(rollout: Rollout, temperature: float, extra: str = "") -> str:
+def _describe(rollout: CompletionGroups, temperature: float, extra: str = "") -> str:
     """How a rollout case is printed: the completions as the model wrote them, if few."""
     _, tokenizer = _tiny()
     G, shape = rollout.num_generations, tuple(rollout.completion_ids.shape)
@@ -353,7 +354,7 @@ def _logps_view(fn: Callable) -> Callable:
     real completion tokens (padding after EOS set to 0), and with ``with_entropy`` the entropy
     stacked under them; ``requires_grad`` for the case that asks for it."""
 
-    def view(model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
+    def view(model, rollout: CompletionGroups, temperature: float = 1.0, with_entropy: bool = False,
              share_prompts: bool = True, part: str = "values"):  # fmt: skip
         out = fn(model, rollout, temperature, with_entropy, share_prompts)
         if out is None or out is Ellipsis:
@@ -529,7 +530,7 @@ _PACKAGE_LOGPS: dict[tuple, tuple] = {}
 caches above, so each is computed once per process."""
 
 
-def _package_logps(model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
+def _package_logps(model, rollout: CompletionGroups, temperature: float = 1.0, with_entropy: bool = False,
                    share_prompts: bool = True, part: str = "values"):  # fmt: skip
     key = (id(model), id(rollout), temperature, with_entropy, share_prompts, part)
     hit = _PACKAGE_LOGPS.get(key)
@@ -604,7 +605,7 @@ PUBLIC_SETUP = StepSetup(tuple((row["prompt"], row["answer"]) for row in STEP_RO
 
 
 @functools.cache
-def _fixed_rollout(setup: StepSetup, temperature: float = 1.0, draw: int = 0) -> Rollout:
+def _fixed_rollout(setup: StepSetup, temperature: float = 1.0, draw: int = 0) -> CompletionGroups:
     """A seeded rollout of ``setup``'s problems from the nudged policy at ``temperature``, for
     both steps compared; ``draw`` 1 is another one (what a second ``sample`` call returns)."""
     cfg = MathConfig(**{**STEP_SETTINGS, "beta": 0.0, "temperature": temperature})
@@ -628,10 +629,10 @@ class _FixedSampler:
     """``trainer.sample`` in the checks: the fixed rollout, then another one at every later call
     (sampling again draws other completions); counts the calls."""
 
-    def __init__(self, first: Rollout, again: Rollout) -> None:
+    def __init__(self, first: CompletionGroups, again: CompletionGroups) -> None:
         self.first, self.again, self.calls = first, again, 0
 
-    def __call__(self, _rows) -> Rollout:
+    def __call__(self, _rows) -> CompletionGroups:
         self.calls += 1
         return copy.deepcopy(self.first if self.calls == 1 else self.again)
 
@@ -834,7 +835,7 @@ STEP_PUBLIC = [
 ]
 
 
-def _mixed(rollout: Rollout) -> bool:
+def _mixed(rollout: CompletionGroups) -> bool:
     """Every group has right and wrong answers, and some completion ends before the others."""
     answers = [row["answer"] for row in rollout.rows]
     rewards = accuracy_reward(rollout.completions, answers)
@@ -1005,7 +1006,7 @@ def _train(step: Callable, cfg: MathConfig, progress: bool) -> TrainingRun | Non
             return None
         record, rollout = out
         metrics.append(record)
-        if isinstance(rollout, Rollout):
+        if isinstance(rollout, CompletionGroups):
             answers = [row["answer"] for row in rollout.rows]
             correct = accuracy_reward(rollout.completions, answers)
             rewards.append(sum(correct) / len(correct))

@@ -53,7 +53,8 @@ import torch
 
 from grpo_minimal import group_advantages, grpo_loss
 from grpo_minimal.labs import llm_step as checks
-from grpo_minimal.lm_grpo import LMGRPOTrainer, Rollout
+from grpo_minimal.completions import CompletionGroups
+from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.rewards import score_completions
 
 torch.manual_seed(0)
@@ -147,8 +148,8 @@ print(mask if mask is not None else "mask_after_eos is not written yet")
 # %% [markdown]
 # ## Exercise 2 · `completion_logps`
 #
-# A `Rollout` holds `P` distinct prompts and `N = P * G` completions, completion `i` answering
-# prompt `i // G`:
+# A `CompletionGroups` (`grpo_minimal/completions.py`) holds `P` distinct prompts and
+# `N = P * G` completions, completion `i` answering prompt `i // G`:
 #
 # - `prompt_ids`, `prompt_mask` `[P, Lp]`, **left**-padded (so every prompt ends where
 #   generation starts);
@@ -193,7 +194,7 @@ print(mask if mask is not None else "mask_after_eos is not written yet")
 # %%
 def completion_logps(
     model,
-    rollout: Rollout,
+    rollout: CompletionGroups,
     temperature: float = 1.0,
     with_entropy: bool = False,
     share_prompts: bool = True,
@@ -280,7 +281,7 @@ else:
 # | `self.` | what |
 # |---|---|
 # | `cfg` | the run's config, a `MathConfig` (`from grpo_minimal.lm_train import MathConfig`): `num_generations`, `scale_rewards`, `temperature`, `beta`, `epsilon`, `epsilon_high`, `loss_type`, `max_completion_length`, `use_bias_correction_kl`, `max_grad_norm` |
-# | `sample(rows)` | step 1: the `Rollout` (one `generate` call, mask (15) applied) |
+# | `sample(rows)` | step 1: the `CompletionGroups` (all groups sampled at once, mask (15) applied) |
 # | `reward_funcs`, `reward_weights` | for `score_completions(funcs, weights, prompts, completions, rows)` |
 # | `model`, `reference` | the policy; the frozen reference (`None` when `beta == 0`) |
 # | `optimizer`, `scheduler`, `steps_done` | AdamW, the learning-rate schedule, the step counter |
@@ -318,7 +319,7 @@ else:
 
 
 # %%
-def step(self: LMGRPOTrainer, rows: list[dict]) -> tuple[dict, Rollout]:
+def step(self: LMGRPOTrainer, rows: list[dict]) -> tuple[dict, CompletionGroups]:
     """One GRPO step: sample, score, advantages (2), log-probs (16), loss (5)-(9), update."""
     # BEGIN SOLUTION
     cfg, G = self.cfg, self.cfg.num_generations
