@@ -1,11 +1,12 @@
 """grpo_minimal: one small, readable GRPO core shared by every notebook of the course.
 
-``import grpo_minimal`` gives the math every trainer shares (advantages, losses, ``ObjectiveConfig``);
-the trainers are modules of their own: ``gym_grpo`` (and ``ppo``) for gymnasium environments,
+``import grpo_minimal`` gives the math every trainer shares (advantages, losses,
+``ObjectiveConfig``); the trainers are modules of their own: ``gym_grpo`` (and ``ppo``) for gymnasium environments,
 ``lm_grpo`` and ``lm_train`` for language models. The README's reading guide gives the order.
 """
 
 from .advantages import (
+    centre_and_scale,
     discounted_returns,
     group_advantages,
     masked_mean_std,
@@ -43,6 +44,7 @@ __all__ = [
     "kl_k2",
     "kl_k3",
     "masked_mean",
+    "centre_and_scale",
     "masked_mean_std",
     "policy_ratio",
     "population_std_advantages",

@@ -61,18 +61,35 @@ def group_advantages(
     output): it is left out of its group's mean and std (and of the batch std) and gets
     advantage 0, as TRL does (its ``nanmean`` / ``nanstd``). Infinite rewards are an error.
     """
-    if scale_rewards not in SCALE_REWARDS:
-        raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
     grouped = _grouped(rewards.float(), num_generations)
     scored = ~torch.isnan(grouped)
-    values = grouped.nan_to_num(0.0)
-    mean, std, _ = masked_mean_std(values, scored, dim=1)
-    advantages = (values - mean) * scored
+    return centre_and_scale(grouped.nan_to_num(0.0), scored, 1, scale_rewards, eps)[0].reshape(-1)
+
+
+def centre_and_scale(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    dim: int | tuple[int, ...],
+    scale_rewards: str = "group",
+    eps: float = 1e-4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Equations (1) / (2) along ``dim`` over the entries where ``mask`` is 1: (advantages, count).
+
+    (values - mean) over the compared entries, divided by their sample std + eps (``"group"``),
+    by the std of every masked entry in ``values`` (``"batch"``) or by nothing (``"none"``);
+    masked-out entries get 0. ``count`` (kept dims) is how many entries each mean compared.
+    ``group_advantages`` compares a group's G rewards; CartPole's ``step_advantages`` compares
+    the returns of a group's episodes at one step, or over all its steps.
+    """
+    if scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
+    mean, std, count = masked_mean_std(values, mask, dim)
+    advantages = (values - mean) * mask
     if scale_rewards == "group":
         advantages = advantages / (std + eps)
     elif scale_rewards == "batch":
-        advantages = advantages / (masked_mean_std(values, scored)[1] + eps)
-    return advantages.reshape(-1)
+        advantages = advantages / (masked_mean_std(values, mask)[1] + eps)
+    return advantages, count
 
 
 def rloo_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:

@@ -103,7 +103,9 @@ class ObjectiveConfig(ValidatedConfig):
         1, "clipped optimisation epochs over each sampled batch (mu in the GRPO paper)"
     )
     ref_update_every: int = option(
-        0, "copy the policy into the reference every this many iterations; 0 keeps it frozen"
+        0,
+        "copy the policy into the reference every this many training steps (one sampled batch "
+        "and its num_iterations updates); 0 keeps it frozen",
     )
     use_bias_correction_kl: bool = option(
         False,

@@ -6,8 +6,8 @@
   width and the stopping rule;
 - the policy: ``CategoricalPolicy``, pi(a | s) = softmax(MLP(s)), the actor of both trainers;
 - greedy evaluation over many start states at once (``evaluate_policy``), the stopping check
-  both trainers use (``stopping_check``) and the per-update bookkeeping around it
-  (``TrainingLog``).
+  both trainers' loops run (``greedy_check``, ``stopping_check``) and the record of each
+  update (``TrainingLog``, which decides nothing).
 
 Start states come from four disjoint ranges of reset seeds, so that no number is judged on the
 start states that decided it: training draws from ``[TRAIN_SEED_LOW, 2**31)``; the check that
@@ -211,16 +211,26 @@ def stopping_check(
     return result
 
 
+def greedy_check(policy: CategoricalPolicy, cfg: EnvConfig, sampled_return: float) -> dict:
+    """``stopping_check`` once the sampled returns reach half the threshold, else ``{}``.
+
+    Greedy episodes cost time; while the sampled (exploring) policy is far from the threshold
+    the greedy one is too, so the check waits for it.
+    """
+    if sampled_return < 0.5 * cfg.solve_threshold:
+        return {}
+    return stopping_check(policy, cfg.env_id, cfg.eval_episodes, cfg.solve_threshold)
+
+
 class TrainingLog:
-    """What both CartPole trainers do after each update: the greedy stopping check once the
-    sampled returns look good, the metrics record, the progress bar and the stopping decision."""
+    """Records what an update measured: the metrics list, the ``on_update`` callback, the
+    progress bar. It decides nothing (the trainers' loops decide)."""
 
     def __init__(
         self, cfg: EnvConfig, name: str, progress: bool, on_update: Callable[[dict], None] | None
     ):
         self.cfg, self.on_update = cfg, on_update
         self.history: list[dict] = []
-        self.eval_steps = 0
         self.start = time.perf_counter()
         self.bar = tqdm(
             total=cfg.total_env_steps, desc=f"{name} {cfg.env_id}", disable=not progress
@@ -229,24 +239,15 @@ class TrainingLog:
     def elapsed(self) -> float:
         return round(time.perf_counter() - self.start, 3)
 
-    def add(self, record: dict, policy: CategoricalPolicy, steps: int) -> bool:
-        """Check the greedy policy when the batch's mean return reaches half the threshold, keep
-        ``record`` (with ``eval_env_steps``); True when training should stop (solved)."""
-        cfg = self.cfg
-        if record["return_mean"] >= 0.5 * cfg.solve_threshold:
-            check = stopping_check(policy, cfg.env_id, cfg.eval_episodes, cfg.solve_threshold)
-            self.eval_steps += check.pop("env_steps")
-            record.update(check)
-            record["wall_s"] = self.elapsed()
-        record["eval_env_steps"] = self.eval_steps
+    def add(self, record: dict, steps: int) -> None:
+        """Keep ``record``, pass it to ``on_update``, advance the bar by ``steps`` env steps."""
         self.history.append(record)
         if self.on_update is not None:
             self.on_update(record)
-        self.bar.update(min(steps, cfg.total_env_steps - self.bar.n))
+        self.bar.update(min(steps, self.cfg.total_env_steps - self.bar.n))
         self.bar.set_postfix(
             ret=f"{record['return_mean']:.0f}", greedy=record.get("eval_return", "-")
         )
-        return bool(record.get("solved")) and cfg.stop_when_solved
 
     def close(self) -> list[dict]:
         self.bar.close()

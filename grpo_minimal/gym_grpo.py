@@ -11,7 +11,7 @@ One update, top to bottom (``train_cartpole``):
 4. take ``num_iterations`` clipped gradient steps on the batch (``grpo_loss``), minus an entropy
    bonus, plus beta * k3 KL to a reference policy refreshed every ``ref_update_every`` updates;
 5. when the sampled returns look good, evaluate the greedy policy; stop once solved
-   (``envs.TrainingLog``).
+   (``envs.greedy_check``); ``envs.TrainingLog`` only records.
 
 Start states, the policy network and greedy evaluation are shared with PPO (``envs.py``):
 training groups draw their reset seeds from ``[TRAIN_SEED_LOW, 2**31)``, never an evaluation
@@ -35,13 +35,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from .advantages import discounted_returns, masked_mean_std
+from .advantages import centre_and_scale, discounted_returns
 from .config import ObjectiveConfig, check_choice, check_range, option, override
 from .envs import (
     TRAIN_SEED_LOW,
     CategoricalPolicy,
     EnvConfig,
     TrainingLog,
+    greedy_check,
     make_env,
     seed_everything,
 )
@@ -196,7 +197,7 @@ def step_advantages(batch: EpisodeBatch, cfg: CartPoleConfig) -> torch.Tensor:
     - ``episode``: the episode's total return, group-normalised (equation 2) and given to every
       step: the outcome-reward setting of LLM GRPO.
     ``scale_rewards`` divides by the std of the compared values (``group``), of every value in
-    the batch (``batch``) or not at all (``none``); ``baseline="rloo"`` multiplies the centred
+    the batch (``batch``) or not at all (``none``), with ``advantages.centre_and_scale``; ``baseline="rloo"`` multiplies the centred
     value by n / (n - 1) for n compared values, the leave-one-out baseline (3) over those values:
     for ``per_step`` and ``episode`` a value is an episode's, so each episode is left out of its
     own baseline; for ``all_steps`` a value is one step's, so only that step is left out.
@@ -209,12 +210,7 @@ def step_advantages(batch: EpisodeBatch, cfg: CartPoleConfig) -> torch.Tensor:
         values = discounted_returns(batch.rewards, batch.mask, cfg.gamma).view(-1, G, steps)
         mask = batch.mask.view(-1, G, steps)
         dim = 1 if cfg.advantage == "per_step" else (1, 2)
-    mean, std, count = masked_mean_std(values, mask, dim)
-    advantages = (values - mean) * mask
-    if cfg.scale_rewards == "group":
-        advantages = advantages / (std + 1e-4)
-    elif cfg.scale_rewards == "batch":
-        advantages = advantages / (masked_mean_std(values, mask)[1] + 1e-4)
+    advantages, count = centre_and_scale(values, mask, dim, cfg.scale_rewards)
     if cfg.baseline == "rloo":  # r - mean(others) = n / (n - 1) * (r - mean(all))
         advantages = advantages * count / (count - 1).clamp(min=1)
     return advantages.reshape(n, -1) * batch.mask
@@ -269,7 +265,7 @@ def train_cartpole(
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
 
     log = TrainingLog(cfg, "GRPO", progress, on_update)
-    env_steps, update = 0, 0
+    env_steps, eval_env_steps, update = 0, 0, 0
     while env_steps < cfg.total_env_steps:
         # 1-2. a batch of groups: G episodes per start state
         group_seeds = rng.integers(TRAIN_SEED_LOW, 2**31, size=cfg.groups_per_batch)
@@ -309,8 +305,12 @@ def train_cartpole(
             "frac_truncated": (~batch.terminated).float().mean().item(),  # hit the time limit
             **{k: metrics[k] for k in ("loss", "kl", "clip_fraction")},
         }
-        # 5. greedy evaluation once the sampled returns look good; stop once solved
-        if log.add(record, policy, batch.num_steps):
+        # 5. greedy stopping check once the sampled returns reach half the threshold
+        check = greedy_check(policy, cfg, record["return_mean"])
+        eval_env_steps += check.pop("env_steps", 0)
+        record.update(check, wall_s=log.elapsed(), eval_env_steps=eval_env_steps)
+        log.add(record, batch.num_steps)
+        if cfg.stop_when_solved and check.get("solved"):
             break
     for env in envs:
         env.close()

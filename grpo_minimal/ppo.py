@@ -53,6 +53,7 @@ from .envs import (
     CategoricalPolicy,
     EnvConfig,
     TrainingLog,
+    greedy_check,
     make_vector_env,
     mlp,
     seed_everything,
@@ -347,7 +348,7 @@ def train_ppo(
     running_returns = np.zeros(cfg.num_envs)
     returns = [0.0]  # until the first episode ends
     log = TrainingLog(cfg, "PPO", progress, on_update)
-    env_steps = 0
+    env_steps, eval_env_steps = 0, 0
     for update in range(1, num_updates + 1):
         lr = cfg.learning_rate * (1.0 - (update - 1) / num_updates if cfg.anneal_lr else 1.0)
         for group in optimizer.param_groups:
@@ -403,8 +404,12 @@ def train_ppo(
             "explained_variance": explained.item(),
             "learning_rate": lr,
         }
-        # 4. greedy evaluation with GRPO's rule: screened by 10 episodes while unsolved
-        if log.add(record, agent.actor, batch_size):
+        # 4. greedy stopping check, GRPO's rule: once the sampled returns reach half the threshold
+        check = greedy_check(agent.actor, cfg, record["return_mean"])
+        eval_env_steps += check.pop("env_steps", 0)
+        record.update(check, wall_s=log.elapsed(), eval_env_steps=eval_env_steps)
+        log.add(record, batch_size)
+        if cfg.stop_when_solved and check.get("solved"):
             break
     envs.close()
     return agent.actor, log.close()

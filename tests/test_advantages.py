@@ -386,3 +386,23 @@ def test_discounted_returns_match_the_recursion(episodes, steps, gamma):
             tail = rewards[i, k : int(lengths[i])].abs().sum().item()
             assert returns[i, k].item() == pytest.approx(running, abs=3 * steps * U32 * tail)
         assert torch.all(returns[i, int(lengths[i]) :] == 0)
+
+
+def test_centre_and_scale_by_hand():
+    """Equations (1) / (2) over the masked entries of each row: values 1, 2, 3 (and a masked 9)
+    have mean 2 and sample std 1; the masked entry gets 0 and is not counted."""
+    from grpo_minimal import centre_and_scale
+
+    values = torch.tensor([[1.0, 2.0, 3.0, 9.0], [4.0, 4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    group, count = centre_and_scale(values, mask, 1)
+    expected = torch.tensor([[-1 / 1.0001, 0.0, 1 / 1.0001, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(group, expected)
+    assert count.flatten().tolist() == [3.0, 2.0]
+    none, _ = centre_and_scale(values, mask, 1, "none")
+    torch.testing.assert_close(none, torch.tensor([[-1.0, 0.0, 1.0, 0.0], [0.0] * 4]))
+    # batch: the std of all five masked values 1, 2, 3, 4, 4 (mean 2.8, sample var 1.7)
+    batch, _ = centre_and_scale(values, mask, 1, "batch")
+    torch.testing.assert_close(batch, none / (1.7**0.5 + 1e-4))
+    with pytest.raises(ValueError, match="scale_rewards must be one of"):
+        centre_and_scale(values, mask, 1, "std")

@@ -261,3 +261,30 @@ def test_evaluation_counts_steps_not_rewards():
                for start in (STOP_SEED, CONFIRM_SEED)
                for seed in range(start, start + 10)]  # fmt: skip
     assert check["env_steps"] == sum(lengths) > 0
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_the_loop_decides_when_to_check_and_stop(monkeypatch, algo):
+    """Both loops: no greedy check while the sampled returns are under half the threshold; once
+    checked, "solved" stops training only with stop_when_solved, and eval_env_steps counts the
+    check's episodes."""
+    from grpo_minimal.ppo import PPOConfig, train_ppo
+
+    calls = []
+
+    def fake_check(policy, env_id, episodes, threshold):
+        calls.append(threshold)
+        return {"eval_return": 1.0, "env_steps": 7, "solved": len(calls) >= 2}
+
+    monkeypatch.setattr(envs, "stopping_check", fake_check)
+    config, train = (PPOConfig, train_ppo) if algo == "ppo" else (CartPoleConfig, train_cartpole)
+    small = dict(num_envs=2, num_steps=16) if algo == "ppo" else dict(groups_per_batch=1)
+    budget = 100 if algo == "ppo" else 450  # 4 PPO updates of 32 steps; 3 of 8 short episodes
+    _, history = train(config(total_env_steps=budget, solve_threshold=1e9, **small), False)
+    assert calls == [] and all("solved" not in r for r in history)
+    _, history = train(config(total_env_steps=budget, solve_threshold=0.0, **small), False)
+    assert len(history) == 2 and history[-1]["solved"] and history[-1]["eval_env_steps"] == 14
+    calls.clear()
+    cfg = config(total_env_steps=budget, solve_threshold=0.0, stop_when_solved=False, **small)
+    _, history = train(cfg, False)
+    assert history[-1]["env_steps"] >= budget and len(calls) == len(history) > 2
