@@ -178,9 +178,8 @@ def _math_config(args: argparse.Namespace, saved: dict | None = None):
 def prepare_math(args: argparse.Namespace):
     """The config, the model, and the training / held-out rows (refused if they overlap, or if a
     prompt leaves no room for the completion in the model's context)."""
-    from .data import load_train_eval_rows
-    from .lm_model import check_prompt_lengths, format_prompt
-    from .lm_train import setup
+    from .data import load_eval_rows, load_math_rows
+    from .lm_train import checked_rows, setup
 
     cfg = _math_config(args)
     check_out(args.out)
@@ -198,13 +197,11 @@ def prepare_math(args: argparse.Namespace):
         args.trl_overrides = parse_trl_overrides(args.trl)
         if args.trl_overrides.get("use_vllm") and importlib.util.find_spec("vllm") is None:
             raise ValueError('--trl use_vllm=true needs vLLM: pip install "trl[vllm]" (CUDA only)')
-    train_rows, eval_rows = load_train_eval_rows(
-        cfg.dataset, cfg.eval_split, cfg.eval_n, cfg.allow_eval_overlap
-    )
+    # a bad dataset or split is said before the model loads (a Hub model can take minutes)
+    train_rows = load_math_rows(cfg.dataset, "train")
+    eval_rows = load_eval_rows(cfg.dataset, cfg.eval_split, cfg.eval_n)[1]
     model, tokenizer = setup(cfg)
-    for rows in (train_rows, eval_rows):
-        prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in rows]
-        check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
+    train_rows, eval_rows, _ = checked_rows(cfg, model, tokenizer, train_rows, eval_rows)
     return cfg, model, tokenizer, train_rows, eval_rows
 
 
@@ -250,8 +247,8 @@ def prepare_evaluate_math(args: argparse.Namespace):
     """The config (saved with the checkpoint, then flags), the rows to score, the model: every
     input checked before any work."""
     from .data import check_held_out, load_eval_rows, load_math_rows
-    from .lm_model import check_prompt_lengths, format_prompt, resolve_model_name
-    from .lm_train import setup
+    from .lm_model import resolve_model_name
+    from .lm_train import check_prompts, setup
 
     saved_path = Path(resolve_model_name(args.model)) / "grpo_config.json"
     saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
@@ -267,8 +264,7 @@ def prepare_evaluate_math(args: argparse.Namespace):
         train_rows = load_math_rows(trained_on, "train")
         overlap = check_held_out(train_rows, rows, cfg.allow_eval_overlap, f" ({trained_on!r})")
     model, tokenizer = setup(cfg)  # cfg.model is --model
-    prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in rows]
-    check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
+    check_prompts(rows, tokenizer, model, cfg)  # one clear line now, not a traceback later
     return cfg, rows, overlap, model, tokenizer
 
 

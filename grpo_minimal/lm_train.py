@@ -44,6 +44,41 @@ def setup(cfg: MathConfig):
     return load_model(cfg.model, device)
 
 
+def check_prompts(rows: Sequence[dict], tokenizer, model, cfg: MathConfig) -> list[str]:
+    """The rows' prompts as the model reads them (``cfg.prompt_template``), refused when one
+    cannot be read or leaves no room for ``max_completion_length`` new tokens
+    (``lm_model.check_prompt_lengths``)."""
+    prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in rows]
+    check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
+    return prompts
+
+
+def checked_rows(
+    cfg: MathConfig, model, tokenizer, train_rows: Sequence[dict] | None = None,
+    eval_rows: Sequence[dict] | None = None, needs_answer: bool = True,
+) -> tuple[Sequence[dict], list[dict], int]:  # fmt: skip
+    """A run's training rows, its first ``eval_n`` held-out rows and their overlap count, every
+    check in one place (``train_math``, ``trl_bridge.train_math_trl`` and the CLI run it):
+
+    rows given, or loaded from ``cfg.dataset`` / ``cfg.eval_split``; fields present
+    (``data.check_rows``; training rows need an ``answer`` only for the default rewards, as
+    ``needs_answer`` says); evaluation prompts not seen in training (``data.check_held_out``,
+    unless ``allow_eval_overlap``); every prompt readable and short enough (``check_prompts``).
+    """
+    if train_rows is None:
+        train_rows = load_math_rows(cfg.dataset, "train")
+    if eval_rows is None:
+        eval_rows = load_eval_rows(cfg.dataset, cfg.eval_split, cfg.eval_n)[1]
+    check_rows(train_rows, "training", needs_answer=needs_answer)
+    check_rows(eval_rows, "evaluation", needs_answer=True)
+    eval_rows = list(eval_rows)[: cfg.eval_n]
+    where = f" (dataset={cfg.dataset!r}, eval_split={cfg.eval_split!r})"
+    overlap = check_held_out(train_rows, eval_rows, cfg.allow_eval_overlap, where)
+    for rows in (train_rows, eval_rows):
+        check_prompts(rows, tokenizer, model, cfg)
+    return train_rows, eval_rows, overlap
+
+
 def train_math(
     cfg: MathConfig,
     model=None,
@@ -68,17 +103,10 @@ def train_math(
         model, tokenizer = setup(cfg)
     else:
         set_seed(cfg.seed)
-    if train_rows is None:
-        train_rows = load_math_rows(cfg.dataset, "train")
-    if eval_rows is None:
-        eval_rows = load_eval_rows(cfg.dataset, cfg.eval_split, cfg.eval_n)[1]
-    check_rows(train_rows, "training", needs_answer=reward_funcs is None)
-    check_rows(eval_rows, "evaluation", needs_answer=True)
-    eval_rows = list(eval_rows)[: cfg.eval_n]
-    overlap = check_held_out(train_rows, eval_rows, cfg.allow_eval_overlap)
+    train_rows, eval_rows, overlap = checked_rows(
+        cfg, model, tokenizer, train_rows, eval_rows, needs_answer=reward_funcs is None
+    )
     trainer = trainer_cls(cfg, model, tokenizer, reward_funcs, reward_weights)
-    prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in train_rows]
-    check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
 
     metrics_file = None
     if out_dir is not None:
@@ -144,8 +172,7 @@ def _completions_of(model, tokenizer, rows, cfg: MathConfig, batch_size: int, sa
     per_call = max(1, batch_size // max(samples, 1))
     for start in range(0, len(rows), per_call):
         chunk = list(rows[start : start + per_call])
-        prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in chunk]
-        check_prompt_lengths(prompts, tokenizer, model, cfg.max_completion_length)
+        prompts = check_prompts(chunk, tokenizer, model, cfg)
         yield chunk, sample_completions(
             model, tokenizer, chunk, prompts, num_generations=max(samples, 1),
             max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,

@@ -298,14 +298,12 @@ def train_math_trl(
     """
     from transformers import TrainerCallback
 
-    from .data import check_held_out
     from .lm_model import load_model
-    from .lm_train import evaluate_accuracy, save_checkpoint
+    from .lm_train import checked_rows, evaluate_accuracy, save_checkpoint
 
     check_trl_overrides(overrides)
     main = is_main_process()
-    eval_rows = list(eval_rows)[: cfg.eval_n]
-    overlap = check_held_out(train_rows, eval_rows, cfg.allow_eval_overlap)
+    train_rows, eval_rows, overlap = checked_rows(cfg, model, tokenizer, train_rows, eval_rows)
     before = evaluate_accuracy(model, tokenizer, eval_rows, cfg)[0] if main else None
     trainer, clock = make_trl_trainer(
         cfg, model, tokenizer, train_rows, str(out_dir), time_budget_s=cfg.time_budget_s,
