@@ -31,7 +31,7 @@ from transformers.hf_argparser import string_to_bool
 from .envs import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW
 from .gym_grpo import CartPoleConfig
 from .labs.commands import add_lab_commands
-from .lm_train import MathConfig
+from .math_config import MathConfig
 from .ppo import PPOConfig
 
 

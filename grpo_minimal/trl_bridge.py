@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from .lm_train import MathConfig
+from .math_config import MathConfig
 
 
 def world_size() -> int:
