@@ -1,18 +1,25 @@
 """Step 1 of the LLM GRPO step: sample G completions of each prompt, as ``CompletionGroups``.
 
-``sample_completions`` draws all groups in one batched ``generate`` call and masks everything
-after each completion's first EOS, equation (15) (symbols as in ``lm_grpo.py`` and notebook 06).
+``sample_completions`` draws all groups at once and masks everything after each completion's
+first EOS, equation (15) (symbols as in ``lm_grpo.py`` and notebook 06). It draws through one
+batched ``model.generate`` call, or through ``sample_with_kv_cache``, a short loop over the
+model's own key/value cache that makes the same draws (``uses_sampling_loop`` says when).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
 from .lm_model import eos_token_ids
+
+SAMPLING_LOOP_MAX_PARAMETERS = 10_000_000
+"""``uses_sampling_loop``: models up to this size sample through the loop on a CPU."""
 
 
 @dataclass
@@ -58,13 +65,101 @@ def mask_after_eos(completion_ids: torch.Tensor, eos_ids: Sequence[int]) -> torc
     return (~seen_before).long()
 
 
+def cache_argument(model) -> str:
+    """The forward's name for the key/value cache: transformers 5.x renames ``past_key_values``
+    to ``cache`` (the old name warns)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def output_cache(out):
+    """The key/value cache a forward with ``use_cache=True`` returned (transformers 5 / 4)."""
+    return out["cache"] if "cache" in out else out.past_key_values
+
+
+def uses_sampling_loop(model) -> bool:
+    """The rule for step 1's sampler: ``sample_with_kv_cache`` for a model on the CPU with at most
+    ``SAMPLING_LOOP_MAX_PARAMETERS`` parameters, ``model.generate`` otherwise.
+
+    A small model's step on a CPU is mostly per-call overhead, and ``generate`` adds its own to
+    every token; the loop is checked token for token against ``generate`` on the course's small
+    models (``tests/test_sampling_loop.py``). Real models and GPUs keep ``generate``: there the
+    forward's arithmetic dominates, and ``generate`` handles what the loop does not (compiled
+    forwards, static and hybrid caches, other models' quirks).
+    """
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    return on_cpu and sum(p.numel() for p in model.parameters()) <= SAMPLING_LOOP_MAX_PARAMETERS
+
+
+def nucleus_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Top-p: keep the most likely tokens whose probabilities sum to at least ``top_p``, set the
+    others to -inf. The same operations as transformers' ``TopPLogitsWarper``."""
+    sorted_scores, order = torch.sort(scores, descending=False)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    drop = cumulative <= (1 - top_p)  # the unlikely tail holding at most 1 - top_p of the mass
+    drop[..., -1:] = False  # the most likely token always stays
+    return scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+
+
 @torch.no_grad()
-def sample_completions(
-    model, tokenizer, rows: Sequence[dict], prompts: Sequence[str], *, num_generations: int,
-    max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, do_sample: bool = True,
-    eos_ids: Sequence[int] | None = None, amp=None,
-) -> CompletionGroups:  # fmt: skip
-    """Step 1: G completions of each prompt, all in one batched ``generate`` call.
+def sample_with_kv_cache(
+    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, *,
+    max_new_tokens: int, temperature: float, top_p: float, do_sample: bool, pad_id: int,
+    eos_ids: Sequence[int],
+) -> torch.Tensor:  # fmt: skip
+    """G completions of each of P left-padded prompts, token by token: [P * G, C] new tokens,
+    C <= ``max_new_tokens`` (row i answers prompt i // G).
+
+    The draws of ``model.generate`` with the same settings: the same logits, the same calls to
+    torch's random generator (transformers' ``_sample``), without its per-token bookkeeping.
+    One forward over the P prompts fills the key/value cache; the G rows of a group copy it
+    (``repeat_interleave``: exact). Then each new token is one forward of one token per row.
+    A row that has emitted an EOS gets ``pad_id`` from then on (equation (15) masks it); the
+    loop stops when every row has, or after ``max_new_tokens``.
+    """
+    G, N = num_generations, prompt_ids.shape[0] * num_generations
+    # positions count real tokens only, so left padding moves nothing
+    positions = (prompt_mask.cumsum(dim=1) - 1).masked_fill(prompt_mask == 0, 0)
+    # generate passes no mask when there is no padding; a mask would change the attention kernel
+    mask = None if bool(prompt_mask.all()) else prompt_mask
+    out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=positions,
+                use_cache=True, logits_to_keep=1)  # fmt: skip
+    cache = output_cache(out)
+    cache.batch_repeat_interleave(G)
+    logits = out.logits[:, -1].repeat_interleave(G, dim=0)
+    positions = positions[:, -1:].repeat_interleave(G, dim=0)
+    mask = None if mask is None else mask.repeat_interleave(G, dim=0)
+    eos = torch.tensor(list(eos_ids), device=prompt_ids.device)
+    unfinished = torch.ones(N, dtype=torch.bool, device=prompt_ids.device)
+    tokens, cache_name = [], cache_argument(model)
+    while True:
+        scores = logits.float()  # generate samples from float32 scores
+        if do_sample:
+            if temperature != 1.0:  # generate skips the division at T = 1
+                scores = scores / temperature
+            if top_p < 1.0:
+                scores = nucleus_filter(scores, top_p)
+            token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            token = scores.argmax(dim=-1)
+        token = torch.where(unfinished, token, pad_id)  # a finished row only pads
+        tokens.append(token)
+        unfinished &= ~torch.isin(token, eos)
+        if len(tokens) == max_new_tokens or not unfinished.any():
+            return torch.stack(tokens, dim=1)
+        positions = positions + 1  # the new token's position
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_ones(N, 1)], dim=1)
+        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=positions,
+                    use_cache=True, logits_to_keep=1, **{cache_name: cache})  # fmt: skip
+        logits = out.logits[:, -1]
+
+
+def generate_completions(
+    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, *,
+    max_new_tokens: int, temperature: float, top_p: float, do_sample: bool, pad_id: int,
+    eos_ids: Sequence[int],
+) -> torch.Tensor:  # fmt: skip
+    """``sample_with_kv_cache``'s [P * G, C] new tokens, from one batched ``generate`` call.
 
     The sampling settings are a fresh ``GenerationConfig`` that stands in for the model's own
     during the call: transformers fills every setting left unset from the model's generation
@@ -73,27 +168,49 @@ def sample_completions(
     """
     from transformers import GenerationConfig
 
+    sampling = {"temperature": temperature, "top_p": top_p, "top_k": 0} if do_sample else {}
+    config = GenerationConfig(do_sample=do_sample, max_new_tokens=max_new_tokens,
+                              pad_token_id=pad_id, eos_token_id=list(eos_ids), **sampling)  # fmt: skip
+    own_config, model.generation_config = model.generation_config, config
+    try:
+        output = model.generate(input_ids=prompt_ids.repeat_interleave(num_generations, dim=0),
+                                attention_mask=prompt_mask.repeat_interleave(num_generations, dim=0),
+                                generation_config=config)  # fmt: skip
+    finally:
+        model.generation_config = own_config
+    return output[:, prompt_ids.shape[1] :]
+
+
+@torch.no_grad()
+def sample_completions(
+    model, tokenizer, rows: Sequence[dict], prompts: Sequence[str], *, num_generations: int,
+    max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, do_sample: bool = True,
+    eos_ids: Sequence[int] | None = None, amp=None,
+    sampler: Literal["generate", "loop"] = "generate",
+) -> CompletionGroups:  # fmt: skip
+    """Step 1: G completions of each prompt, all at once, in consecutive blocks of G.
+
+    ``sampler`` draws them: ``"generate"`` (the default) through one batched ``generate`` call
+    (``generate_completions``), ``"loop"`` through ``sample_with_kv_cache``: the same draws,
+    faster for small models on a CPU (``uses_sampling_loop``, the trainer's rule).
+    """
     G = num_generations
     device = next(model.parameters()).device
     eos_ids = list(eos_ids or eos_token_ids(model, tokenizer))
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
     prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
-    sampling = {"temperature": temperature, "top_p": top_p, "top_k": 0} if do_sample else {}
-    config = GenerationConfig(do_sample=do_sample, max_new_tokens=max_new_tokens,
-                              pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids,
-                              **sampling)  # fmt: skip
-    own_config, was_training = model.generation_config, model.training
-    model.generation_config = config
+    draw = sample_with_kv_cache if sampler == "loop" else generate_completions
+    was_training = model.training
     model.eval()
     try:
         with amp if amp is not None else contextlib.nullcontext():
-            output = model.generate(input_ids=prompt_ids.repeat_interleave(G, dim=0),
-                                    attention_mask=prompt_mask.repeat_interleave(G, dim=0),
-                                    generation_config=config)  # fmt: skip
+            completion_ids = draw(
+                model, prompt_ids, prompt_mask, G, max_new_tokens=max_new_tokens,
+                temperature=temperature, top_p=top_p, do_sample=do_sample,
+                pad_id=tokenizer.pad_token_id, eos_ids=eos_ids,
+            )  # fmt: skip
     finally:
-        model.generation_config = own_config
         model.train(was_training)
-    completion_ids = output[:, prompt_ids.shape[1] :]
     completion_mask = mask_after_eos(completion_ids, eos_ids)
     completion_ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id)
     return CompletionGroups(

@@ -4,7 +4,8 @@ r"""GRPO for causal language models: the step that teaches a model math from a r
 the shared core) whose docstring names its equation. Symbols follow the notebooks.
 
 1. **Sample a group per prompt** (``sample_completions``): G = ``num_generations`` completions of
-   each of ``prompts_per_step`` prompts, in one ``generate`` call, in consecutive blocks of G
+   each of ``prompts_per_step`` prompts, all at once (one ``generate`` call, or for a small
+   model on the CPU the same draws from a loop over its KV cache), in consecutive blocks of G
    (TRL's order). Everything after a completion's first EOS is masked, equation (15).
 2. **Score** (``rewards.score_completions``): the weighted sum of the reward functions, called
    as TRL calls them; NaN where every function said ``None`` (cannot score).
@@ -32,7 +33,12 @@ from collections.abc import Sequence
 import torch
 
 from .advantages import group_advantages
-from .completions import CompletionGroups, sample_completions, truncated_fraction
+from .completions import (
+    CompletionGroups,
+    sample_completions,
+    truncated_fraction,
+    uses_sampling_loop,
+)
 from .device import autocast, grad_scaler, pick_dtype
 from .lm_model import enable_activation_checkpointing, eos_token_ids, format_prompt
 from .losses import grpo_loss, masked_mean
@@ -95,6 +101,9 @@ class LMGRPOTrainer:
             reward_funcs, reward_weights, cfg.format_weight
         )
         self.eos_ids = eos_token_ids(model, tokenizer)
+        # step 1's sampler: a small model on the CPU draws through the loop over its KV cache
+        # (the same draws as generate, less overhead per token); anything else, generate
+        self.sampler = "loop" if uses_sampling_loop(model) else "generate"
         self.share_prompts = not cfg.gradient_checkpointing  # it turns the KV cache off
         if cfg.gradient_checkpointing:
             enable_activation_checkpointing(model)
@@ -122,7 +131,7 @@ class LMGRPOTrainer:
         return sample_completions(
             self.model, self.tokenizer, rows, prompts, num_generations=cfg.num_generations,
             max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
-            top_p=cfg.top_p, eos_ids=self.eos_ids, amp=self.amp(),
+            top_p=cfg.top_p, eos_ids=self.eos_ids, amp=self.amp(), sampler=self.sampler,
         )  # fmt: skip
 
     @torch.no_grad()

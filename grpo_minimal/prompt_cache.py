@@ -10,13 +10,9 @@ on. At the CPU lesson's settings it makes a whole GRPO step faster: ``bench/prom
 
 from __future__ import annotations
 
-import inspect
-from typing import TYPE_CHECKING
-
 import torch
 
-if TYPE_CHECKING:
-    from .completions import CompletionGroups
+from .completions import CompletionGroups, cache_argument, output_cache
 
 
 def shared_prompt_logits(model, rollout: CompletionGroups) -> torch.Tensor:
@@ -30,7 +26,7 @@ def shared_prompt_logits(model, rollout: CompletionGroups) -> torch.Tensor:
     positions = (rollout.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
     out = model(input_ids=rollout.prompt_ids, attention_mask=rollout.prompt_mask,
                 position_ids=positions, use_cache=True, logits_to_keep=1)  # fmt: skip
-    cache = out["cache"] if "cache" in out else out.past_key_values  # transformers 5 / 4
+    cache = output_cache(out)
     cache.batch_repeat_interleave(G)  # gradients flow back through the copies
     first = out.logits[:, -1:].repeat_interleave(G, dim=0)  # predicts completion token 0
     if C == 1:
@@ -39,10 +35,7 @@ def shared_prompt_logits(model, rollout: CompletionGroups) -> torch.Tensor:
     attention_mask = torch.cat([prompt_mask, rollout.completion_mask[:, :-1]], dim=1)
     start = prompt_mask.sum(dim=1, keepdim=True)  # positions go on after the real prompt tokens
     positions = start + torch.arange(C - 1, device=start.device)
-    # transformers 5.x renames the argument past_key_values -> cache (the old name warns)
-    cache_arg = (
-        "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    )
     rest = model(input_ids=rollout.completion_ids[:, :-1], attention_mask=attention_mask,
-                 position_ids=positions, use_cache=True, **{cache_arg: cache}).logits  # fmt: skip
+                 position_ids=positions, use_cache=True,
+                 **{cache_argument(model): cache}).logits  # fmt: skip
     return torch.cat([first, rest], dim=1)

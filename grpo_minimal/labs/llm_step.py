@@ -43,6 +43,7 @@ from transformers import set_seed
 
 from grpo_minimal import lm_grpo as package
 from grpo_minimal.completions import CompletionGroups, sample_completions
+from grpo_minimal.completions import mask_after_eos as package_mask_after_eos
 from grpo_minimal.data import load_train_eval_rows
 from grpo_minimal.labs.checking import (
     Case,
@@ -281,7 +282,7 @@ def check_mask_after_eos(fn: Callable, seed: int | None = None) -> None:
     """Equation (15): the hand-made rows and their drawn twins; with the grader's ``seed``, fresh
     twins only."""
     cases = cases_for(MASK_PUBLIC, mask_twins, seed)
-    run_cases(fn, "mask_after_eos", cases, package.mask_after_eos, compare=_same_mask)
+    run_cases(fn, "mask_after_eos", cases, package_mask_after_eos, compare=_same_mask)
 
 
 # --- exercise 2: completion_logps, equation (16) --------------------------------------------------
@@ -301,7 +302,7 @@ def make_rollout(
     ]
     width = max(len(r) for r in rows)
     ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
-    mask = package.mask_after_eos(ids, [tokenizer.eos_token_id])
+    mask = package_mask_after_eos(ids, [tokenizer.eos_token_id])
     G = num_generations
     return CompletionGroups(
         enc["input_ids"], enc["attention_mask"], ids, mask,

@@ -732,7 +732,7 @@ print(checks.bug_table(globals()))
 #   the leash matters.
 #
 # Your row should match the first. Afterwards, compare with the language-model trainer,
-# `grpo_minimal/lm_grpo.py`: `sample_completions` (one `generate`, `repeat_interleave`),
+# `grpo_minimal/lm_grpo.py`: `sample_completions` (`completions.py`: every group at once),
 # `score_completions` on `rollout.completions`, `group_advantages`, `fixed_logps` for
 # $\pi_{old}$ (only when `num_iterations > 1`) and $\pi_{ref}$, and `losses.grpo_loss` with
 # `kl_k3` on the live log-probs.

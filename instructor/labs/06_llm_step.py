@@ -472,8 +472,8 @@ def test_training_hidden(step):
 # flip it back): what happens to accuracy, and why does exercise 3's check catch it with the
 # loss *value* while `old_logps=logps` is caught only by the gradient?
 #
-# **Afterwards.** Read `grpo_minimal/lm_grpo.py` and compare: `mask_after_eos` and
-# `completion_logps` are the same ideas (the package takes the log-softmax as `gather` minus
+# **Afterwards.** Read `grpo_minimal/completions.py` and `grpo_minimal/lm_grpo.py` and compare:
+# `mask_after_eos` and `completion_logps` are the same ideas (the package takes the log-softmax as `gather` minus
 # `logsumexp`, so no second `[N, C, V]` tensor is kept for the backward pass, and can encode
 # each prompt once for its $G$ completions, `prompt_cache.py`); `LMGRPOTrainer.step` adds
 # several updates per batch (`num_iterations`, with $\pi_{\text{old}}$ stored), micro-batches,

@@ -1,0 +1,155 @@
+"""Step 1's two samplers make the same draws: ``sample_with_kv_cache`` (the loop over the model's
+own key/value cache) against one batched ``model.generate`` call.
+
+Same tokens, same completions and the same state of torch's random generator afterwards: the
+loop sees bit-identical logits and calls the generator as transformers' ``_sample`` does. On the
+course's two small models (the tiny arithmetic model; the stand-in, whose two end tokens include
+its pad token), with and without left padding, temperature 1 and 0.7, top-p 1 and 0.9. A changed
+draw would change every committed result that trains the model (notebooks 06-08,
+``bench/results/``). CPU only, a few seconds, no timing asserted.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_minimal import completions
+from grpo_minimal.completions import sample_completions, sample_with_kv_cache, uses_sampling_loop
+from grpo_minimal.data import DATA_DIR, load_math_rows
+from grpo_minimal.lm_grpo import LMGRPOTrainer
+from grpo_minimal.lm_model import format_prompt, load_model
+from grpo_minimal.math_config import MathConfig
+
+SEEDS = (0, 1, 2)
+SETTINGS = [(1.0, 1.0), (0.7, 1.0), (1.0, 0.9), (0.7, 0.9)]  # (temperature, top_p)
+# the same length (generate then passes no attention mask), or left padding of 0-3 tokens
+TINY_PROMPTS = {
+    "equal": ["23+45=", "10+17=", "99+99=", "48-15="],
+    "padded": ["23+45=", "10+7=", "5+6=", "123+456="],
+}
+STANDIN_QUESTIONS = ["What is 3 + 4?", "Tom has 12 apples and eats 5. How many are left?"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny", torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def standin():
+    return load_model(str(DATA_DIR / "standin_lm"), torch.device("cpu"))
+
+
+def draw_both(model, tokenizer, prompts, seed, **settings):
+    """The same draw through each sampler, from the same seed; and the generator's state after."""
+    out = {}
+    for sampler in ("generate", "loop"):
+        torch.manual_seed(seed)
+        rollout = sample_completions(model, tokenizer, [{}] * len(prompts), prompts,
+                                     sampler=sampler, **settings)  # fmt: skip
+        out[sampler] = rollout, torch.get_rng_state()
+    return out["generate"], out["loop"]
+
+
+def assert_same_draws(a, b):
+    (ga, state_a), (gb, state_b) = a, b
+    assert ga.completion_ids.shape == gb.completion_ids.shape
+    assert torch.equal(ga.completion_ids, gb.completion_ids)
+    assert torch.equal(ga.completion_mask, gb.completion_mask)
+    assert ga.completions == gb.completions
+    assert torch.equal(state_a, state_b)  # the generator was called the same way
+
+
+@pytest.mark.parametrize("temperature, top_p", SETTINGS)
+@pytest.mark.parametrize("padding", sorted(TINY_PROMPTS))
+def test_the_loop_draws_what_generate_draws_on_the_tiny_model(tiny, padding, temperature, top_p):
+    model, tokenizer = tiny
+    prompts = TINY_PROMPTS[padding]
+    enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=False)
+    assert bool(enc["attention_mask"].all()) == (padding == "equal")
+    for seed in SEEDS:
+        generated, looped = draw_both(model, tokenizer, prompts, seed, num_generations=8,
+                                      max_new_tokens=5, temperature=temperature, top_p=top_p)  # fmt: skip
+        assert_same_draws(generated, looped)
+        ended = looped[0].completion_mask.sum(1) < looped[0].completion_ids.shape[1]
+        assert ended.any()  # some rows ended early and were padded after their EOS
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_the_loop_draws_what_generate_draws_on_the_standin(standin, temperature, top_p):
+    """A BPE tokenizer, chat prompts of different lengths, two end tokens (one is the pad)."""
+    model, tokenizer = standin
+    prompts = [format_prompt(q, tokenizer, "r1") for q in STANDIN_QUESTIONS]
+    for seed in SEEDS:
+        generated, looped = draw_both(model, tokenizer, prompts, seed, num_generations=4,
+                                      max_new_tokens=12, temperature=temperature, top_p=top_p)  # fmt: skip
+        assert_same_draws(generated, looped)
+
+
+def test_greedy_decoding_is_the_same_too(tiny):
+    model, tokenizer = tiny
+    generated, looped = draw_both(model, tokenizer, TINY_PROMPTS["padded"], 0, num_generations=1,
+                                  max_new_tokens=5, do_sample=False)  # fmt: skip
+    assert_same_draws(generated, looped)
+
+
+def test_finished_rows_pad_and_the_loop_stops_when_all_have_ended(tiny):
+    """Raw tokens of the loop: after a row's first EOS only the pad token; no step past the one
+    where the last row ended; never more than ``max_new_tokens``."""
+    model, tokenizer = tiny
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    assert eos != pad  # otherwise padding could not be told from an EOS
+    enc = tokenizer(TINY_PROMPTS["padded"], padding=True, return_tensors="pt",
+                    add_special_tokens=False)  # fmt: skip
+
+    def draw(seed, max_new_tokens):
+        torch.manual_seed(seed)
+        return sample_with_kv_cache(model, enc["input_ids"], enc["attention_mask"], 8,
+                                    max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0,
+                                    do_sample=True, pad_id=pad, eos_ids=[eos])  # fmt: skip
+
+    stopped_early = False
+    for seed in range(6):
+        tokens = draw(seed, 6)
+        assert tokens.shape[0] == 32 and tokens.shape[1] <= 6
+        is_eos = tokens == eos
+        first = torch.where(is_eos.any(1), is_eos.int().argmax(1), tokens.shape[1])
+        after = torch.arange(tokens.shape[1]) > first[:, None]
+        assert after.any() and (tokens[after] == pad).all()
+        if tokens.shape[1] < 6:  # stopped early: every row had ended, the last one just now
+            stopped_early = True
+            assert is_eos.any(1).all() and first.max() == tokens.shape[1] - 1
+    assert stopped_early
+    one = draw(0, 1)  # the limit: rows that have not ended are cut
+    assert one.shape == (32, 1) and (one != eos).any()
+
+
+def test_the_trainer_samples_through_the_loop_only_for_small_models_on_the_cpu(tiny, monkeypatch):
+    model, tokenizer = tiny
+    assert uses_sampling_loop(model)
+    cfg = MathConfig(device="cpu", prompts_per_step=2, num_generations=4, max_steps=2)
+    assert LMGRPOTrainer(cfg, model, tokenizer).sampler == "loop"
+    monkeypatch.setattr(completions, "SAMPLING_LOOP_MAX_PARAMETERS", 1000)  # a "real" model
+    assert not uses_sampling_loop(model)
+    assert LMGRPOTrainer(cfg, model, tokenizer).sampler == "generate"
+
+
+def test_training_steps_are_the_same_with_either_sampler():
+    """Three GRPO steps from the same seed: the same completions, metrics and weights."""
+    rows = load_math_rows("arithmetic", "train")[:12]
+    cfg = MathConfig(device="cpu", prompts_per_step=4, num_generations=4, max_steps=3)
+    runs = {}
+    for sampler in ("generate", "loop"):
+        torch.manual_seed(0)
+        model, tokenizer = load_model("tiny", torch.device("cpu"))
+        trainer = LMGRPOTrainer(cfg, model, tokenizer)
+        trainer.sampler = sampler
+        history = []
+        for step in range(3):
+            record, rollout = trainer.step(rows[step * 4 : (step + 1) * 4])
+            history.append((rollout.completions, record["loss"], record["kl"]))
+        runs[sampler] = history, [p.detach().clone() for p in model.parameters()]
+    assert runs["generate"][0] == runs["loop"][0]
+    for a, b in zip(runs["generate"][1], runs["loop"][1], strict=True):
+        assert torch.equal(a, b)
