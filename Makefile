@@ -20,9 +20,12 @@ demo: setup
 	$(VENV)/bin/grpo-minimal cartpole --out runs/cartpole
 
 ## test: unit, property and learning tests, and every notebook under nbval; then the float
-## comparisons (marker numerics) again on one thread: another reduction order, as on another CPU
+## comparisons (marker numerics) again on one thread: another reduction order, as on another CPU.
+## The first pass runs on TEST_WORKERS pytest-xdist workers, whole files each (a notebook's cells
+## share one kernel); tests/conftest.py splits the threads between them.
+TEST_WORKERS ?= 2
 test: setup
-	GRPO_QUICK=1 $(PY) -m pytest
+	GRPO_QUICK=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -m numerics tests
 
 lint: setup

@@ -9,7 +9,9 @@ message, so that no lost point goes unexplained.
 
 Each submission is graded in its own process, in a temporary folder holding a copy of it, under
 a time limit: a notebook that loops forever, fails to parse, is not a lab or deletes the files
-around it costs its own row (with the reason) and nothing else.
+around it costs its own row (with the reason) and nothing else. That process is forked from a
+grading server that imported otter (and torch) once, so a class of notebooks pays those imports
+once per job rather than once per notebook.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
+from queue import SimpleQueue
 
 from grpo_minimal.labs.build import GRADER_DIR
 
@@ -174,10 +179,16 @@ class Graded:
 
 
 def grade_isolated(
-    notebook: Path, grader_dir: Path, timeout_s: float, threads: int | None = None
+    notebook: Path,
+    grader_dir: Path,
+    timeout_s: float,
+    threads: int | None = None,
+    server: GradingServer | None = None,
 ) -> Graded:
     """Grade a copy of ``notebook`` in a child process and a scratch folder, within ``timeout_s``;
-    ``threads`` caps the torch threads of its kernel (jobs in parallel share the cores)."""
+    ``threads`` caps the torch threads of its kernel (jobs in parallel share the cores).
+
+    The child is forked from ``server`` (a fresh one, closed after, when not given)."""
     notebook = Path(notebook)
     try:
         lab = lab_name(notebook)
@@ -188,27 +199,129 @@ def grade_isolated(
         copy = Path(scratch) / "submission" / notebook.name
         copy.parent.mkdir()
         shutil.copyfile(notebook, copy)
-        result_file = Path(scratch) / "result.json"
-        command = [sys.executable, "-m", "grpo_minimal.labs.grading", str(copy),
-                   str(Path(grader_dir).resolve()), str(result_file)]  # fmt: skip
-        process = subprocess.Popen(
-            command, cwd=copy.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            start_new_session=True, env=_thread_env(threads),
-        )  # fmt: skip
-        try:
-            _, stderr = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_tree(process.pid)
-            process.communicate()
+        result_file, log_file = Path(scratch) / "result.json", Path(scratch) / "stderr.txt"
+        request = {"notebook": str(copy), "grader_dir": str(Path(grader_dir).resolve()),
+                   "result_file": str(result_file), "log_file": str(log_file),
+                   "env": _thread_env(threads), "timeout_s": timeout_s}  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            if server is None:
+                server = stack.enter_context(GradingServer())
+            reply = server.grade(request)
+        if reply.get("timed_out"):
             problems.append(f"stopped after the time limit of {timeout_s:g} s (an endless loop?)")
             return Graded(notebook.name, lab, [], [], "; ".join(problems))
-        if process.returncode != 0 or not result_file.exists():
-            lines = stderr.decode(errors="replace").strip().splitlines() or ["no output"]
+        if reply.get("exitcode") != 0 or not result_file.exists():
+            log = log_file.read_text(errors="replace") if log_file.exists() else ""
+            lines = log.strip().splitlines() or [reply.get("error", "no output")]
             problems.append(f"grading failed: {lines[-1]}")
             return Graded(notebook.name, lab, [], [], "; ".join(problems))
         result = json.loads(result_file.read_text())
     exercises = [ExerciseResult(**e) for e in result["exercises"]]
     return Graded(notebook.name, lab, exercises, result["reports"], "; ".join(problems) or None)
+
+
+class GradingServer:
+    """A process that imports otter once, then grades each submission sent to it in a child of
+    its own (``os.fork``): the child's session, folder, environment and time limit are the
+    submission's, and a child that runs past its limit is killed with its kernel. One request at
+    a time; ``grade_folder`` starts one server per job."""
+
+    def __init__(self) -> None:
+        self._start()
+
+    def _start(self) -> None:
+        # -P: the caller's folder stays off sys.path (what the server imports is the package's)
+        self.process = subprocess.Popen(
+            [sys.executable, "-P", "-m", "grpo_minimal.labs.grading", "--serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            start_new_session=True, text=True,
+        )  # fmt: skip
+
+    def grade(self, request: dict) -> dict:
+        """The child's outcome: ``{"timed_out": bool, "exitcode": int | None}``, or an
+        ``error`` when the server itself has ended (it is then restarted for the next one)."""
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if line:
+            return json.loads(line)
+        self.close()
+        self._start()
+        return {"timed_out": False, "exitcode": None, "error": "the grading server ended"}
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill_tree(self.process.pid)
+        self.process.stdout.close()
+
+    def __enter__(self) -> GradingServer:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()
+
+
+def _serve(requests: Iterator[str]) -> None:
+    """Server loop: one JSON request per line in, one JSON outcome per line out (on the stdout
+    it started with; anything else printed to stdout goes nowhere)."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    import otter.api  # noqa: F401  (imported here once; every child inherits it)
+
+    for line in requests:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            out.close()  # the replies are the server's alone
+            _graded_child(request)  # never returns
+        deadline = time.monotonic() + request["timeout_s"]
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                reply = {"timed_out": False, "exitcode": os.waitstatus_to_exitcode(status)}
+                break
+            if time.monotonic() >= deadline:
+                _kill_tree(pid)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                reply = {"timed_out": True, "exitcode": None}
+                break
+            time.sleep(0.05)
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+def _graded_child(request: dict) -> None:
+    """In the forked child: a session, folder and environment of its own, stdout discarded and
+    stderr to the log file; grade, write the result file, and exit (never return)."""
+    code = 1
+    try:
+        os.setsid()
+        os.chdir(Path(request["notebook"]).parent)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        null = os.open(os.devnull, os.O_RDWR)
+        log = os.open(request["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(log, 2)
+        sys.stdin, sys.stdout = open(os.devnull), open(os.devnull, "w")  # noqa: SIM115
+        sys.stderr = os.fdopen(os.dup(2), "w", buffering=1)
+        _grade_one([request["notebook"], request["grader_dir"], request["result_file"]])
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(code)
 
 
 def _thread_env(threads: int | None) -> dict[str, str]:
@@ -250,13 +363,23 @@ def grade_folder(
     if not notebooks:
         raise FileNotFoundError(f"no .ipynb files in {folder}")
     # Copies first: a submission that deletes files cannot reach the ones graded after it.
-    with tempfile.TemporaryDirectory(prefix="lab-submissions-") as held:
+    with contextlib.ExitStack() as stack:
+        held = stack.enter_context(tempfile.TemporaryDirectory(prefix="lab-submissions-"))
         copies = [Path(shutil.copy(n, Path(held) / n.name)) for n in notebooks]
         # Jobs in parallel split the cores: two kernels with all threads each slow both down.
         threads = None if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
-        grade = partial(grade_isolated, grader_dir=Path(grader_dir), timeout_s=timeout_s,
-                        threads=threads)  # fmt: skip
-        with ThreadPoolExecutor(max_workers=jobs) as pool:  # each job waits on its own process
+        servers: SimpleQueue[GradingServer] = SimpleQueue()
+        for _ in range(min(jobs, len(copies))):
+            servers.put(stack.enter_context(GradingServer()))
+
+        def grade(notebook: Path) -> Graded:  # each job grades with a server of its own
+            server = servers.get()
+            try:
+                return grade_isolated(notebook, Path(grader_dir), timeout_s, threads, server)
+            finally:
+                servers.put(server)
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
             graded = list(pool.map(grade, copies))
     out = Path(out)
     feedback_dir = out.parent / f"{out.stem}-feedback"
@@ -352,4 +475,7 @@ def _grade_one(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    _grade_one(sys.argv[1:])
+    if sys.argv[1:] == ["--serve"]:
+        _serve(sys.stdin)
+    else:
+        _grade_one(sys.argv[1:])
