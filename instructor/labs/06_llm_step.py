@@ -52,8 +52,8 @@
 import torch
 
 from grpo_minimal import group_advantages, grpo_loss
-from grpo_minimal.labs import llm_step as checks
 from grpo_minimal.completions import CompletionGroups
+from grpo_minimal.labs import llm_step as checks
 from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.rewards import score_completions
 
