@@ -53,8 +53,9 @@ class CompletionGroups:
         for start in range(0, prompts, size):
             p, r = slice(start, start + size), slice(start * G, (start + size) * G)
             micro.append((r, CompletionGroups(self.prompt_ids[p], self.prompt_mask[p],
-                                     self.completion_ids[r], self.completion_mask[r],
-                                     self.prompts[r], self.completions[r], self.rows[r])))  # fmt: skip
+                                              self.completion_ids[r], self.completion_mask[r],
+                                              self.prompts[r], self.completions[r],
+                                              self.rows[r])))  # fmt: skip
         return micro
 
 
