@@ -31,7 +31,7 @@ from transformers.hf_argparser import string_to_bool
 from .envs import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW
 from .gym_grpo import CartPoleConfig
 from .labs.commands import add_lab_commands
-from .math_config import MathConfig
+from .math_config import PROMPT_TEMPLATES, MathConfig
 from .ppo import PPOConfig
 
 
@@ -391,7 +391,7 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     ev_math.add_argument(
         "--prompt-template",
         dest="prompt_template",
-        choices=["plain", "r1", "boxed"],
+        choices=PROMPT_TEMPLATES,
         help="how prompts are shown to the model (as trained, else plain on a CPU)",
     )
     ev_math.add_argument(

@@ -3,7 +3,8 @@
 ``train_math`` draws ``prompts_per_step`` rows per step from shuffled passes over the training
 data, runs ``LMGRPOTrainer.step`` (``lm_grpo.py``, the algorithm), measures held-out greedy
 accuracy before the first step and after the last (``evaluate_accuracy``), and writes metrics and
-atomic Hugging Face checkpoints (``save_checkpoint``). ``MathConfig`` (``math_config.py``) holds every setting.
+atomic Hugging Face checkpoints (``save_checkpoint``). ``MathConfig`` (``math_config.py``) holds
+every setting; ``checked_rows`` checks the run's inputs in one place.
 """
 
 from __future__ import annotations

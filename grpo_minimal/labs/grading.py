@@ -182,13 +182,12 @@ def grade_isolated(
     notebook: Path,
     grader_dir: Path,
     timeout_s: float,
+    server: GradingServer,
     threads: int | None = None,
-    server: GradingServer | None = None,
 ) -> Graded:
-    """Grade a copy of ``notebook`` in a child process and a scratch folder, within ``timeout_s``;
-    ``threads`` caps the torch threads of its kernel (jobs in parallel share the cores).
-
-    The child is forked from ``server`` (a fresh one, closed after, when not given)."""
+    """Grade a copy of ``notebook`` in a child process forked from ``server``, in a scratch
+    folder, within ``timeout_s``; ``threads`` caps the torch threads of its kernel (jobs in
+    parallel share the cores)."""
     notebook = Path(notebook)
     try:
         lab = lab_name(notebook)
@@ -203,10 +202,7 @@ def grade_isolated(
         request = {"notebook": str(copy), "grader_dir": str(Path(grader_dir).resolve()),
                    "result_file": str(result_file), "log_file": str(log_file),
                    "env": _thread_env(threads), "timeout_s": timeout_s}  # fmt: skip
-        with contextlib.ExitStack() as stack:
-            if server is None:
-                server = stack.enter_context(GradingServer())
-            reply = server.grade(request)
+        reply = server.grade(request)
         if reply.get("timed_out"):
             problems.append(f"stopped after the time limit of {timeout_s:g} s (an endless loop?)")
             return Graded(notebook.name, lab, [], [], "; ".join(problems))
@@ -232,7 +228,7 @@ class GradingServer:
     def _start(self) -> None:
         # -P: the caller's folder stays off sys.path (what the server imports is the package's)
         self.process = subprocess.Popen(
-            [sys.executable, "-P", "-m", "grpo_minimal.labs.grading", "--serve"],
+            [sys.executable, "-P", "-m", "grpo_minimal.labs.grading"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, text=True,
         )  # fmt: skip
@@ -314,7 +310,7 @@ def _graded_child(request: dict) -> None:
         os.dup2(log, 2)
         sys.stdin, sys.stdout = open(os.devnull), open(os.devnull, "w")  # noqa: SIM115
         sys.stderr = os.fdopen(os.dup(2), "w", buffering=1)
-        _grade_one([request["notebook"], request["grader_dir"], request["result_file"]])
+        _grade_one(request["notebook"], request["grader_dir"], request["result_file"])
         code = 0
     except BaseException:
         traceback.print_exc()
@@ -375,7 +371,7 @@ def grade_folder(
         def grade(notebook: Path) -> Graded:  # each job grades with a server of its own
             server = servers.get()
             try:
-                return grade_isolated(notebook, Path(grader_dir), timeout_s, threads, server)
+                return grade_isolated(notebook, Path(grader_dir), timeout_s, server, threads)
             finally:
                 servers.put(server)
 
@@ -465,17 +461,13 @@ def _environment(values: dict[str, str]):
                 os.environ[key] = value
 
 
-def _grade_one(argv: list[str]) -> None:
-    """Child-process entry: grade one notebook, write the results as JSON."""
-    notebook, grader_dir, result_file = argv
+def _grade_one(notebook: str, grader_dir: str, result_file: str) -> None:
+    """In the graded child: grade one notebook, write the results as JSON."""
     exercises, reports = grade_notebook_file(Path(notebook), Path(grader_dir))
     Path(result_file).write_text(
         json.dumps({"exercises": [asdict(e) for e in exercises], "reports": reports})
     )
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--serve"]:
-        _serve(sys.stdin)
-    else:
-        _grade_one(sys.argv[1:])
+if __name__ == "__main__":  # the grading server GradingServer starts
+    _serve(sys.stdin)
