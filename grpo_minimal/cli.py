@@ -6,6 +6,7 @@
     grpo-minimal math --out runs/math            # the tiny model on 2-digit addition (CPU)
     torchrun --nproc_per_node 2 -m grpo_minimal math --backend trl --out runs/math-trl
     grpo-minimal evaluate math --model runs/math  # held-out greedy accuracy, one JSON line
+    grpo-minimal math --dataset reasoning --model tiny-reasoning --out runs/r1  # notebook 10
     grpo-minimal lab check notebooks/labs/01_advantages.ipynb   # a learner checks their lab
     grpo-minimal lab grade submissions/ --out grades.csv         # an instructor grades a folder
     grpo-minimal lab build                                       # = make labs
@@ -222,8 +223,12 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
         processes = trainer.accelerator.num_processes
         assert processes == world_size(), (processes, world_size())
     else:
+        from .lm_grpo import LMGRPOTrainer
+        from .reasoning import ReasoningTrainer  # it also logs how the completions reason
+
+        trainer_cls = ReasoningTrainer if cfg.dataset == "reasoning" else LMGRPOTrainer
         _, history = train_math(cfg, model, tokenizer, train_rows, eval_rows, out_dir=out,
-                                progress=not args.no_progress)  # fmt: skip
+                                progress=not args.no_progress, trainer_cls=trainer_cls)  # fmt: skip
         processes = 1
     plot_history(history, out / "learning_curve.png", title=f"GRPO on {cfg.dataset}")
     evals = [r for r in history if "eval_accuracy" in r]
@@ -237,6 +242,8 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
         "train_s": history[-1]["train_s"],
         "accuracy_before": evals[0]["eval_accuracy"],
         "accuracy_after": evals[-1]["eval_accuracy"],
+        "reasoning_rate_before": evals[0]["eval_reasoning_rate"],
+        "reasoning_rate_after": evals[-1]["eval_reasoning_rate"],
         "eval_n": evals[0]["eval_n"],
         "eval_overlap": evals[0]["eval_overlap"],
         "out": str(out),
@@ -273,11 +280,11 @@ def run_evaluate_math(args: argparse.Namespace, prepared) -> dict:
     ``--samples N`` also pass@1, pass@N and maj@N of N sampled completions per problem."""
     import torch
 
-    from .lm_train import evaluate_accuracy, evaluate_samples
+    from .lm_train import evaluate_greedy, evaluate_samples
 
     cfg, rows, overlap, model, tokenizer = prepared
     with torch.no_grad():
-        accuracy, _ = evaluate_accuracy(model, tokenizer, rows, cfg, args.batch_size)
+        greedy, _ = evaluate_greedy(model, tokenizer, rows, cfg, args.batch_size)
         sampled = {}
         if args.samples:
             sampled = evaluate_samples(model, tokenizer, rows, cfg, args.samples, args.batch_size)
@@ -286,7 +293,7 @@ def run_evaluate_math(args: argparse.Namespace, prepared) -> dict:
         "dataset": cfg.dataset,
         "split": cfg.eval_split,
         "n": len(rows),
-        "accuracy": accuracy,
+        **greedy,  # accuracy, completion_length (tokens), reasoning_rate (a <think> block)
         "eval_overlap": overlap,
     }
     if sampled:
@@ -380,7 +387,7 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         "--model", default="tiny", help="checkpoint folder or Hub id (tiny: shipped)"
     )
     ev_math.add_argument(
-        "--dataset", help="arithmetic, arithmetic_mix, gsm8k, gsm8k_sample or FILE.jsonl"
+        "--dataset", help="arithmetic, arithmetic_mix, reasoning, gsm8k, gsm8k_sample or FILE.jsonl"
     )
     ev_math.add_argument(
         "--eval-split",

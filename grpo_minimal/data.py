@@ -9,6 +9,9 @@ against (it reads the ``answer`` column by name). For TRL, wrap the rows with
   ``data/make_arithmetic.py``, seeded): ``train`` / ``test`` (two-digit addition, ``"23+45="``)
   and ``mix_train`` / ``mix_test`` (addition, subtraction, multiplication). No test problem is in
   a train split.
+- ``load_reasoning(split)``: notebook 10's three-digit additions (``train`` / ``test``, written
+  by ``data/make_reasoning.py``, seeded), each with its column sums (``steps``; see
+  ``grpo_minimal.reasoning``). No problem is in both splits.
 - ``load_gsm8k(split)``: GSM8K from the Hugging Face Hub through ``datasets`` (the GPU path; it
   needs the network and ``pip install datasets``). The gold is the number after ``####``.
 - ``load_gsm8k_sample()``: a 20-problem GSM8K-format file written by this project, no network.
@@ -42,6 +45,7 @@ __all__ = [
     "load_eval_rows",
     "load_math_dataset",
     "load_math_rows",
+    "load_reasoning",
     "load_train_eval_rows",
     "problem_key",
     "read_jsonl",
@@ -51,6 +55,7 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 """The repository's ``data/`` folder (the package is used from a checkout of the course)."""
 
 ARITHMETIC_SPLITS = ("train", "test", "mix_train", "mix_test")
+REASONING_SPLITS = ("train", "test")
 
 
 def problem_key(prompt: str) -> tuple[str, int, int]:
@@ -139,6 +144,14 @@ def load_arithmetic(split: str = "train", data_dir: str | Path | None = None) ->
     return load_jsonl(Path(data_dir or DATA_DIR) / f"arithmetic_{split}.jsonl")
 
 
+def load_reasoning(split: str = "train", data_dir: str | Path | None = None) -> list[dict]:
+    """Notebook 10's split, ``train`` or ``test``: rows ``{"prompt", "answer"}``. The column
+    sums (``steps`` in the file) are for the tests and the notebook: a reward never reads them."""
+    if split not in REASONING_SPLITS:
+        raise ValueError(f"reasoning split must be one of {REASONING_SPLITS}, got {split!r}")
+    return load_jsonl(Path(data_dir or DATA_DIR) / f"reasoning_{split}.jsonl")
+
+
 def load_gsm8k_sample(data_dir: str | Path | None = None) -> list[dict[str, str]]:
     """The project's 20 GSM8K-format problems as ``{"prompt", "answer"}`` rows (no network)."""
     return load_jsonl(Path(data_dir or DATA_DIR) / "gsm8k_sample.jsonl")
@@ -165,8 +178,8 @@ def load_gsm8k(split: str = "train") -> list[dict[str, str]]:
 
 
 def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
-    """One name for every math source: ``arithmetic``, ``arithmetic_mix``, ``gsm8k``,
-    ``gsm8k_sample`` or a path to a ``.jsonl`` file (then ``split`` is ignored).
+    """One name for every math source: ``arithmetic``, ``arithmetic_mix``, ``reasoning``,
+    ``gsm8k``, ``gsm8k_sample`` or a path to a ``.jsonl`` file (then ``split`` is ignored).
 
     ``arithmetic_mix`` with split ``train`` reads ``mix_train``.
     """
@@ -174,6 +187,8 @@ def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
         return load_arithmetic(split)
     if name == "arithmetic_mix":
         return load_arithmetic(f"mix_{split}")
+    if name == "reasoning":
+        return load_reasoning(split)
     if name == "gsm8k":
         return load_gsm8k(split)
     if name == "gsm8k_sample":
@@ -183,8 +198,8 @@ def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
             raise ValueError(f"dataset: no file {name}")
         return load_jsonl(name)
     raise ValueError(
-        f"dataset must be 'arithmetic', 'arithmetic_mix', 'gsm8k', 'gsm8k_sample' or a .jsonl "
-        f"path, got {name!r}"
+        f"dataset must be 'arithmetic', 'arithmetic_mix', 'reasoning', 'gsm8k', 'gsm8k_sample' or "
+        f"a .jsonl path, got {name!r}"
     )
 
 

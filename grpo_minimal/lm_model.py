@@ -21,18 +21,27 @@ from .rewards import R1_SYSTEM_PROMPT
 TINY_MODEL = Path(__file__).resolve().parent.parent / "data" / "tiny_math_lm"
 """The small model the course ships (built by ``data/make_tiny_model.py``)."""
 
+SHIPPED_MODELS = {
+    "tiny": TINY_MODEL,
+    "tiny-reasoning": TINY_MODEL.parent / "tiny_reasoning_lm",
+    "tiny-direct": TINY_MODEL.parent / "tiny_direct_lm",
+}
+"""Short names of the models in ``data/``: the tiny math model, and notebook 10's cold starts
+(``data/make_reasoning_model.py``: a minority of written solutions, and none)."""
+
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
 def resolve_model_name(name: str) -> str:
-    """``tiny`` is the shipped model folder; anything else is a local folder or a Hub id.
+    """``tiny``, ``tiny-reasoning`` and ``tiny-direct`` are the shipped model folders
+    (``SHIPPED_MODELS``); anything else is a local folder or a Hub id.
 
     A name that can only be a local path (it starts with ``.``, ``/`` or ``~``, has more than
     one ``/``, or its first part is a local folder, as ``data/`` is) must be a folder holding a
     ``config.json``: a typo is refused at once instead of being looked up on the Hub.
     """
-    if name == "tiny":
-        return str(TINY_MODEL)
+    if name in SHIPPED_MODELS:
+        return str(SHIPPED_MODELS[name])
     path = Path(name).expanduser()
     slashes = name.count("/")
     local = name.startswith((".", "/", "~")) or slashes > 1 or (slashes and path.parent.is_dir())
@@ -42,7 +51,8 @@ def resolve_model_name(name: str) -> str:
             raise ValueError(
                 f"model: {name!r} {what}; give a model folder (a checkpoint written by "
                 "grpo-minimal math, or save_pretrained), a Hub id such as "
-                "Qwen/Qwen2.5-0.5B-Instruct, or tiny"
+                "Qwen/Qwen2.5-0.5B-Instruct, or one of "
+                f"{', '.join(SHIPPED_MODELS)}"
             )
         return str(path)
     return name

@@ -33,6 +33,7 @@ from .lm_model import (
     quiet_transformers,
 )
 from .math_config import MathConfig
+from .reasoning import reasoning_rate
 from .rewards import RewardFunc, accuracy_reward, extract_value, parse_gold
 from .sampling_metrics import majority_vote, pass_at_k
 
@@ -123,10 +124,11 @@ def train_math(
         if on_step is not None:
             on_step(record)
 
-    def evaluate() -> float:  # held-out greedy accuracy; its time is not training time
-        return evaluate_accuracy(model, tokenizer, eval_rows, cfg)[0]
+    def evaluate() -> dict[str, float]:  # held-out greedy metrics; not counted as training time
+        metrics = evaluate_greedy(model, tokenizer, eval_rows, cfg)[0]
+        return {f"eval_{name}": value for name, value in metrics.items()}
 
-    log({"step": 0, "train_s": 0.0, "eval_accuracy": evaluate(), "eval_n": len(eval_rows),
+    log({"step": 0, "train_s": 0.0, **evaluate(), "eval_n": len(eval_rows),
          "eval_overlap": overlap})  # fmt: skip
     generator = torch.Generator().manual_seed(cfg.seed)
     order: list[int] = []
@@ -141,11 +143,9 @@ def train_math(
             record, _ = trainer.step(batch)
             train_s += record["step_s"]
             record["train_s"] = round(train_s, 3)
-            if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
-                record["eval_accuracy"] = evaluate()
             stop = cfg.time_budget_s > 0 and train_s >= cfg.time_budget_s
-            if step == cfg.max_steps or stop:
-                record["eval_accuracy"] = evaluate()
+            if step == cfg.max_steps or stop or (cfg.eval_every and step % cfg.eval_every == 0):
+                record.update(evaluate())
             record["peak_memory_mb"] = round(peak_memory_mb(trainer.device), 1)
             log(record)
             if out_dir is not None and cfg.save_every and step % cfg.save_every == 0:
@@ -182,17 +182,31 @@ def _completions_of(model, tokenizer, rows, cfg: MathConfig, batch_size: int, sa
 
 
 @torch.no_grad()
-def evaluate_accuracy(
+def evaluate_greedy(
     model, tokenizer, rows: Sequence[dict], cfg: MathConfig, batch_size: int = 256
-) -> tuple[float, list[str]]:
-    """Fraction of ``rows`` whose greedy completion is correct (``accuracy_reward``), and the
-    completions. Prompts are formatted and cut as in training (``cfg``)."""
+) -> tuple[dict[str, float], list[str]]:
+    """One greedy completion per row, and what they show: ``accuracy`` (the share correct,
+    ``accuracy_reward``), ``completion_length`` (mean tokens, EOS included) and
+    ``reasoning_rate`` (the share with a non-empty ``<think>`` block, ``reasoning.py``).
+    Prompts are formatted and cut as in training (``cfg``)."""
     completions: list[str] = []
-    correct = 0.0
+    correct, tokens = 0.0, 0.0
     for chunk, rollout in _completions_of(model, tokenizer, rows, cfg, batch_size, samples=0):
         completions += rollout.completions
         correct += sum(accuracy_reward(rollout.completions, [r["answer"] for r in chunk]))
-    return correct / len(rows), completions
+        tokens += rollout.completion_mask.sum().item()
+    metrics = {"accuracy": correct / len(rows), "completion_length": tokens / len(rows),
+               "reasoning_rate": reasoning_rate(completions)}  # fmt: skip
+    return metrics, completions
+
+
+def evaluate_accuracy(
+    model, tokenizer, rows: Sequence[dict], cfg: MathConfig, batch_size: int = 256
+) -> tuple[float, list[str]]:
+    """Fraction of ``rows`` whose greedy completion is correct, and the completions
+    (``evaluate_greedy``)."""
+    metrics, completions = evaluate_greedy(model, tokenizer, rows, cfg, batch_size)
+    return metrics["accuracy"], completions
 
 
 @torch.no_grad()

@@ -33,12 +33,13 @@ class MathConfig(ObjectiveConfig):
 
     model: str = option(
         "tiny",
-        "a local Hugging Face model folder or a Hub id; tiny means the shipped data/tiny_math_lm",
+        "a local Hugging Face model folder or a Hub id; tiny means the shipped data/tiny_math_lm"
+        " (tiny-reasoning and tiny-direct: notebook 10's cold starts)",
     )
     dataset: str = option(
         "arithmetic",
-        "arithmetic, arithmetic_mix, gsm8k (Hub), gsm8k_sample or a .jsonl file with prompt and"
-        " answer fields",
+        "arithmetic, arithmetic_mix, reasoning, gsm8k (Hub), gsm8k_sample or a .jsonl file with"
+        " prompt and answer fields",
     )
     eval_split: str = option(
         "test",
@@ -131,13 +132,31 @@ class MathConfig(ObjectiveConfig):
         "eval_every": 50,
     }
 
+    # Notebook 10's run (R1-Zero in miniature): the reasoning task and its cold start, with room
+    # for written column sums, and GRPO's own aggregation (DeepSeekMath's equation (3), which R1
+    # uses). Taken when the dataset is reasoning or the model one of its cold starts.
+    REASONING_DEFAULTS = {
+        "model": "tiny-reasoning",
+        "dataset": "reasoning",
+        "max_completion_length": 40,
+        "loss_type": "grpo",
+        "max_steps": 200,
+        "eval_n": 200,
+        "eval_every": 25,
+    }
+
     @classmethod
     def for_device(cls, device: str = "auto", **overrides) -> MathConfig:
-        """The CPU defaults, or ``GPU_DEFAULTS`` when ``device`` is (or auto-detects) CUDA.
+        """The CPU defaults, or ``GPU_DEFAULTS`` when ``device`` is (or auto-detects) CUDA;
+        ``REASONING_DEFAULTS`` for the reasoning dataset or its models, on any device.
 
-        Asking for the shipped tiny model (``model="tiny"``) keeps the CPU lesson's settings on
+        Asking for a shipped tiny model (``model="tiny"``) keeps the CPU lesson's settings on
         any device: the real-model settings (chat template, long completions) do not fit it.
         """
+        if overrides.get("dataset") == "reasoning" or overrides.get("model") in (
+            "tiny-reasoning", "tiny-direct"
+        ):  # fmt: skip
+            return cls(device=device, **(cls.REASONING_DEFAULTS | overrides))
         cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
         real_model = overrides.get("model", cls.GPU_DEFAULTS.get("model")) != "tiny"
         values = dict(cls.GPU_DEFAULTS) if cuda and real_model else {}

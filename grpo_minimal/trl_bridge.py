@@ -299,17 +299,21 @@ def train_math_trl(
     from transformers import TrainerCallback
 
     from .lm_model import load_model
-    from .lm_train import checked_rows, evaluate_accuracy, save_checkpoint
+    from .lm_train import checked_rows, evaluate_greedy, save_checkpoint
+
+    def evaluate(policy) -> dict[str, float]:  # held-out greedy metrics, as train_math logs them
+        metrics = evaluate_greedy(policy, tokenizer, eval_rows, cfg)[0]
+        return {f"eval_{name}": value for name, value in metrics.items()}
 
     check_trl_overrides(overrides)
     main = is_main_process()
     train_rows, eval_rows, overlap = checked_rows(cfg, model, tokenizer, train_rows, eval_rows)
-    before = evaluate_accuracy(model, tokenizer, eval_rows, cfg)[0] if main else None
+    before = evaluate(model) if main else {"eval_accuracy": None}
     trainer, clock = make_trl_trainer(
         cfg, model, tokenizer, train_rows, str(out_dir), time_budget_s=cfg.time_budget_s,
         **overrides, disable_tqdm=not (progress and main),
     )  # fmt: skip
-    evals: dict[int, float] = {}
+    evals: dict[int, dict[str, float]] = {}
 
     class EveryFewSteps(TrainerCallback):
         """``eval_every`` and ``save_every``, in our steps (TRL takes ``num_iterations``
@@ -325,11 +329,11 @@ def train_math_trl(
                 if main:
                     save_checkpoint(trainer.model, tokenizer, out_dir, cfg.to_dict(), state_dict)
             if cfg.eval_every and step % cfg.eval_every == 0 and main:
-                evals[step] = evaluate_accuracy(trainer.model, tokenizer, eval_rows, cfg)[0]
+                evals[step] = evaluate(trainer.model)
 
     trainer.add_callback(EveryFewSteps())
     trainer.train()
-    history = [{"step": 0, "train_s": 0.0, "eval_accuracy": before, "eval_n": len(eval_rows),
+    history = [{"step": 0, "train_s": 0.0, **before, "eval_n": len(eval_rows),
                 "eval_overlap": overlap}]  # fmt: skip
     for entry in trainer.state.log_history:
         if "reward" not in entry:  # the end-of-training summary
@@ -340,8 +344,7 @@ def train_math_trl(
             {ours: entry[name] for name, ours in TRL_METRIC_NAMES.items() if name in entry}
         )
         record["train_s"] = round(sum(clock.step_s[:optimizer_steps]), 3)
-        if record["step"] in evals:
-            record["eval_accuracy"] = evals[record["step"]]
+        record.update(evals.get(record["step"], {}))
         history.append(record)
     # Every rank takes part: ZeRO-3 and FSDP gather their shards into one full state dict here.
     state = trainer.accelerator.get_state_dict(trainer.model_wrapped)
@@ -351,7 +354,7 @@ def train_math_trl(
     save_checkpoint(trainer.model, tokenizer, out, cfg.to_dict(), state_dict=state)
     # Held-out accuracy of the checkpoint as written (trainer.model may hold only shards)
     saved, _ = load_model(str(out), next(model.parameters()).device)
-    history[-1]["eval_accuracy"] = evaluate_accuracy(saved, tokenizer, eval_rows, cfg)[0]
+    history[-1].update(evaluate(saved))
     with (out / "metrics.jsonl").open("w") as fh:
         fh.writelines(json.dumps(record) + "\n" for record in history)
     return trainer, history

@@ -1,0 +1,216 @@
+"""Notebook 10's task: the data, the column sums, the measures of reasoning, the rewards."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grpo_minimal.data import DATA_DIR, load_math_dataset, load_reasoning, problem_key
+from grpo_minimal.reasoning import (
+    column_steps,
+    direct_target,
+    make_length_penalty,
+    operands,
+    reasoning_rate,
+    reasoning_target,
+    steps_right,
+    steps_right_rate,
+    think_block,
+    writes_steps,
+)
+from grpo_minimal.rewards import accuracy_reward, format_reward
+
+STEP_RE = re.compile(r"([0-9])\+([0-9])(\+1)?=([0-9]+)")
+
+
+def read_split(name: str) -> list[dict]:
+    path = DATA_DIR / f"reasoning_{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def answer_from_steps(steps: str) -> int:
+    """Check each written step on its own (digit + digit [+ carry] = sum, the carry in matching
+    the column before) and read the answer off them: the independent check of a target."""
+    carry, digits = 0, []
+    for step in steps.split():
+        match = STEP_RE.fullmatch(step)
+        assert match, step
+        x, y, plus_one, total = int(match[1]), int(match[2]), match[3], int(match[4])
+        assert bool(plus_one) == bool(carry), step  # +1 written exactly when a carry comes in
+        assert total == x + y + carry, step
+        digits.append(total % 10)
+        carry = total // 10
+    return int(("1" if carry else "") + "".join(str(d) for d in reversed(digits)))
+
+
+def test_splits_are_disjoint_and_the_shipped_sizes():
+    train, test = read_split("train"), read_split("test")
+    assert (len(train), len(test)) == (4000, 500)
+    keys = {name: [problem_key(r["prompt"]) for r in rows]
+            for name, rows in (("train", train), ("test", test))}  # fmt: skip
+    assert len(set(keys["train"])) == 4000 and len(set(keys["test"])) == 500  # no repeats
+    assert not set(keys["train"]) & set(keys["test"])  # a+b and b+a are one problem
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_every_target_step_is_right(split):
+    for row in read_split(split):
+        a, b = operands(row["prompt"])
+        assert 100 <= a <= 999 and 100 <= b <= 999
+        assert int(row["answer"]) == a + b
+        # the steps' digits are the operands' digits, column by column from the units
+        columns = [STEP_RE.fullmatch(s).group(1, 2) for s in row["steps"].split()]
+        assert "".join(x for x, _ in reversed(columns)) == str(a)
+        assert "".join(y for _, y in reversed(columns)) == str(b)
+        assert answer_from_steps(row["steps"]) == a + b
+        assert row["steps"] == " ".join(column_steps(a, b))
+
+
+def test_loaders_and_the_dataset_name():
+    assert load_reasoning("test") == load_math_dataset("reasoning", "test")
+    assert load_reasoning("train")[0].keys() == {"prompt", "answer"}  # steps are not for rewards
+    with pytest.raises(ValueError, match="reasoning split must be one of"):
+        load_reasoning("mix_train")
+
+
+def test_script_reproduces_the_shipped_files_and_fresh_problems_are_new(tmp_path):
+    script = str(DATA_DIR / "make_reasoning.py")
+    subprocess.run([sys.executable, script, "--out", str(tmp_path)], check=True,
+                   capture_output=True)  # fmt: skip
+    for name in ("train", "test"):
+        shipped = (DATA_DIR / f"reasoning_{name}.jsonl").read_bytes()
+        assert (tmp_path / f"reasoning_{name}.jsonl").read_bytes() == shipped
+    fresh = tmp_path / "fresh.jsonl"
+    subprocess.run([sys.executable, script, "--fresh", "300", "--out", str(fresh)], check=True,
+                   capture_output=True)  # fmt: skip
+    rows = [json.loads(line) for line in fresh.read_text().splitlines()]
+    shipped_keys = {problem_key(r["prompt"]) for n in ("train", "test") for r in read_split(n)}
+    fresh_keys = {problem_key(r["prompt"]) for r in rows}
+    assert len(fresh_keys) == 300 and not fresh_keys & shipped_keys
+
+
+def test_column_steps_by_hand():
+    assert column_steps(347, 285) == ["7+5=12", "4+8+1=13", "3+2+1=6"]
+    assert column_steps(999, 1) == ["9+1=10", "9+0+1=10", "9+0+1=10"]  # then the carry: 1000
+    assert column_steps(120, 304) == ["0+4=4", "2+0=2", "1+3=4"]
+    assert reasoning_target(347, 285) == (
+        "<think>7+5=12 4+8+1=13 3+2+1=6</think><answer>632</answer>"
+    )
+    assert direct_target(347, 285) == "<answer>632</answer>"
+    for prompt in ("34*2=", "34+2", "3 4+2="):
+        with pytest.raises(ValueError, match="not an addition prompt"):
+            operands(prompt)
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**6))
+def test_column_steps_add_up(a, b):
+    assert answer_from_steps(" ".join(column_steps(a, b))) == a + b
+    target = reasoning_target(a, b)
+    assert steps_right(f"{a}+{b}=", target) is True
+    assert accuracy_reward([target, direct_target(a, b)], [str(a + b)] * 2) == [1.0, 1.0]
+
+
+def test_think_block_and_steps_by_hand():
+    prompt = "347+285="
+    right = "<think>7+5=12 4+8+1=13 3+2+1=6</think><answer>632</answer>"
+    wrong_step = "<think>7+5=12 4+8+1=14 3+2+1=6</think><answer>642</answer>"
+    missing_step = "<think>7+5=12 4+8+1=13</think><answer>632</answer>"
+    direct = "<answer>632</answer>"
+    empty = "<think> </think><answer>632</answer>"
+    unclosed = "<think>7+5=12 4+8+1=13<answer>632</answer>"
+    assert think_block(right) == "7+5=12 4+8+1=13 3+2+1=6"
+    assert think_block(direct) is None and think_block(unclosed) is None
+    assert [writes_steps(t) for t in (right, direct, empty, unclosed)] == [True, False, False, False]
+    assert steps_right(prompt, right) is True
+    assert steps_right(prompt, wrong_step) is False and steps_right(prompt, missing_step) is False
+    assert steps_right(prompt, direct) is None and steps_right(prompt, empty) is None
+    texts = [right, wrong_step, missing_step, direct, empty]
+    assert reasoning_rate(texts) == 3 / 5
+    assert steps_right_rate([prompt] * 5, texts) == 1 / 3  # of the three that write steps
+    assert steps_right_rate([prompt], [direct]) is None and reasoning_rate([]) == 0.0
+
+
+def test_rewards_on_hand_cases():
+    """The outcome reward reads the answer block only: wrong steps with the right answer still
+    earn 1, the right number inside the think block alone earns 0. The format reward pays the
+    strict R1 form, so a direct answer gets none of it (why the main run leaves it out)."""
+    texts = [
+        "<think>7+5=12 4+8+1=13 3+2+1=6</think><answer>632</answer>",  # right, written
+        "<answer>632</answer>",  # right, direct
+        "<think>7+5=12 4+8+1=14 3+2+1=6</think><answer>632</answer>",  # a wrong step
+        "<think>7+5=12 4+8+1=13 3+2+1=6 632</think>",  # no answer block
+        "<answer>642</answer>",  # wrong
+        "<think>7+5=12</think><answer>632",  # unclosed answer
+    ]
+    assert accuracy_reward(texts, ["632"] * 6) == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    assert format_reward(texts) == [1.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_length_penalty_counts_tokens():
+    from grpo_minimal.lm_model import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny-reasoning")
+    penalty = make_length_penalty(tokenizer, per_token=0.01)
+    direct, written = direct_target(347, 285), reasoning_target(347, 285)
+    # a tag is one token: <answer> 6 3 2 </answer> is 5 tokens; the written one 30
+    assert penalty([direct, written]) == pytest.approx([-0.05, -0.30])
+    assert len(tokenizer(written, add_special_tokens=False)["input_ids"]) == 30
+    with pytest.raises(ValueError, match="per_token"):
+        make_length_penalty(tokenizer, per_token=-1)
+
+
+def test_cli_trains_the_reasoning_run_and_evaluate_reports_how_it_reasons(tmp_path, capsys):
+    """``grpo-minimal math --dataset reasoning --model tiny-reasoning`` takes the reasoning
+    settings (room for written steps, grpo aggregation) and logs how the completions reason;
+    ``evaluate math`` reports completion_length and reasoning_rate beside accuracy, for the
+    reasoning checkpoint and for the arithmetic model alike."""
+    from grpo_minimal.cli import main as cli_main
+
+    out = tmp_path / "run"
+    assert cli_main(["math", "--dataset", "reasoning", "--model", "tiny-reasoning", "--out",
+                     str(out), "--max-steps", "2", "--eval-n", "16", "--prompts-per-step", "2",
+                     "--no-progress", "--device", "cpu"]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    saved = json.loads((out / "grpo_config.json").read_text())
+    assert (saved["max_completion_length"], saved["loss_type"]) == (40, "grpo")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert 0 <= records[1]["reasoning_rate"] <= 1 and "steps_right" in records[1]
+    assert cli_main(["evaluate", "math", "--model", str(out), "--n", "16"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["accuracy"] == summary["accuracy_after"]
+    assert result["reasoning_rate"] == summary["reasoning_rate_after"]
+    assert result["dataset"] == "reasoning" and result["completion_length"] > 5
+    assert cli_main(["evaluate", "math", "--model", "tiny", "--n", "20"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["reasoning_rate"] == 0.0 and 2 <= result["completion_length"] <= 5
+
+
+def test_reading_the_runs_by_hand():
+    """final_intervals: mean and interval per variant, and the change from grpo's mean;
+    completions_text marks each completion right / wrong and steps / direct."""
+    from grpo_minimal.r1_zero import completions_text, final_intervals
+
+    def run(variant, before, after):
+        evals = [{"step": 0, "eval_accuracy": before}, {"step": 9, "eval_accuracy": after}]
+        return {"variant": variant, "evals": evals}
+
+    runs = [run("grpo", 0.3, 0.9), run("grpo", 0.3, 0.7), run("no_steps", 0.3, 0.5)]
+    rows = final_intervals(runs, "eval_accuracy")
+    assert [r["variant"] for r in rows] == ["grpo", "no_steps"]
+    assert rows[0]["after"][0] == pytest.approx(0.8) and rows[0]["before"][0] == pytest.approx(0.3)
+    low, high = rows[0]["after"][1:]
+    assert 0.7 <= low <= 0.8 <= high <= 0.9
+    assert rows[1]["minus_baseline"][0] == pytest.approx(-0.3) and "minus_baseline" not in rows[0]
+    group = ["<think>7+5=12 4+8+1=13 3+2+1=6</think><answer>632</answer>", "<answer>642</answer>"]
+    text = completions_text([{"step": 5, "prompt": "347+285=", "completions": group}])
+    assert text.splitlines() == [
+        "step 5: 347+285=  (answer 632)",
+        "  right steps  <think>7+5=12 4+8+1=13 3+2+1=6</think><answer>632</answer>",
+        "  wrong direct <answer>642</answer>",
+    ]
