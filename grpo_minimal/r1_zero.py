@@ -186,7 +186,8 @@ def _series(runs: Sequence[dict], key: str, is_eval: bool, window: int = 10):
 
 def completions_text(samples: Sequence[dict], steps: Sequence[int] | None = None) -> str:
     """The kept groups (``run_variant(sample_every=...)``) as text: the prompt, then each
-    completion marked by whether its answer is right, and whether it writes steps."""
+    completion marked by whether its answer is right, and whether it writes steps (written) or
+    not (direct)."""
     from .reasoning import operands, writes_steps
     from .rewards import accuracy_reward
 
@@ -198,8 +199,8 @@ def completions_text(samples: Sequence[dict], steps: Sequence[int] | None = None
         right = accuracy_reward(sample["completions"], [gold] * len(sample["completions"]))
         lines.append(f"step {sample['step']}: {sample['prompt']}  (answer {gold})")
         for text, r in zip(sample["completions"], right, strict=True):
-            mark = "right" if r else "wrong"
-            lines.append(f"  {mark:5s} {'steps ' if writes_steps(text) else 'direct'} {text}")
+            kind = "written" if writes_steps(text) else "direct "
+            lines.append(f"  {'right' if r else 'wrong'}, {kind}  {text}")
     return "\n".join(lines)
 
 

@@ -17,7 +17,9 @@ What this module measures, for any completion (``reasoning_rate`` reads any data
 
 - ``think_block(text)``: the text inside the first ``<think>...</think>``, or None;
 - ``writes_steps(text)``: a non-empty think block (what ``reasoning_rate`` counts);
-- ``steps_right(prompt, text)``: the think block is exactly this problem's column sums.
+- ``steps_right(prompt, text)``: the think block is exactly this problem's column sums;
+- ``think_probability(model, tokenizer, prompts)``: the policy's chance of opening a think block
+  as its first token, measured exactly instead of sampled.
 
 ``make_length_penalty`` is the reward of the comparison "steps penalised by length".
 Completions are data: nothing here evaluates them; steps are compared as strings.
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+import torch
 
 from .lm_grpo import LMGRPOTrainer
 
@@ -41,6 +45,7 @@ __all__ = [
     "steps_right",
     "steps_right_rate",
     "think_block",
+    "think_probability",
     "writes_steps",
 ]
 
@@ -127,6 +132,19 @@ def make_length_penalty(tokenizer, per_token: float):
         return [-per_token * len(i) for i in ids]
 
     return length_penalty
+
+
+@torch.no_grad()
+def think_probability(model, tokenizer, prompts: Sequence[str]) -> float:
+    """Mean over ``prompts`` of pi(``<think>`` | prompt) at temperature 1: the share of sampled
+    completions that open a think block, in expectation, without sampling noise."""
+    think = tokenizer.convert_tokens_to_ids("<think>")
+    if think is None or think == tokenizer.unk_token_id:
+        raise ValueError("the tokenizer has no <think> token")
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = {k: v.to(next(model.parameters()).device) for k, v in enc.items()}
+    logits = model(**enc).logits[:, -1].float()  # left padding: the last position is the prompt's
+    return logits.softmax(dim=-1)[:, think].mean().item()
 
 
 class ReasoningTrainer(LMGRPOTrainer):

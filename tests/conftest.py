@@ -29,6 +29,7 @@ SLOW_FIRST = (
     "notebooks/02_cartpole_grpo.ipynb",  # ~130
     "notebooks/03_ppo_vs_grpo.ipynb",  # ~110
     "tests/test_math_learning.py",  # ~70
+    "tests/test_reasoning.py",  # ~80: the learning test trains 100 steps
     "notebooks/08_beyond_one_sample.ipynb",  # ~65
 )
 

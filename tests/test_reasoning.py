@@ -211,6 +211,65 @@ def test_reading_the_runs_by_hand():
     text = completions_text([{"step": 5, "prompt": "347+285=", "completions": group}])
     assert text.splitlines() == [
         "step 5: 347+285=  (answer 632)",
-        "  right steps  <think>7+5=12 4+8+1=13 3+2+1=6</think><answer>632</answer>",
-        "  wrong direct <answer>642</answer>",
+        "  right, written  <think>7+5=12 4+8+1=13 3+2+1=6</think><answer>632</answer>",
+        "  wrong, direct   <answer>642</answer>",
     ]
+
+
+# A short run: 100 steps at the notebook's learning rate, held constant. Over seeds 6, 7 and 8
+# (not the notebook's 0-4) it raised the greedy accuracy on these 100 test problems by 0.07,
+# 0.57 and 0.06, and the chance of opening a think block by 0.12, 0.61 and 0.15 (from 0.16).
+# The thresholds are half the smallest of each.
+MIN_ACCURACY_GAIN, MIN_THINK_GAIN = 0.03, 0.06
+
+
+def test_grpo_makes_the_cold_start_write_steps_and_get_more_right():
+    """From the reasoning cold start, the outcome reward alone raises both the held-out accuracy
+    and the policy's chance of writing steps (``think_probability``: exact, not sampled)."""
+    from grpo_minimal.lm_train import setup, train_math
+    from grpo_minimal.math_config import MathConfig
+    from grpo_minimal.reasoning import ReasoningTrainer, think_probability
+
+    rows = load_reasoning("test")[:100]
+    prompts = [row["prompt"] for row in rows]
+    cfg = MathConfig.for_device("cpu", dataset="reasoning", seed=5, max_steps=100, eval_every=0,
+                                eval_n=100, lr_scheduler_type="constant")  # fmt: skip
+    model, tokenizer = setup(cfg)
+    think_before = think_probability(model, tokenizer, prompts)
+    _, history = train_math(cfg, model, tokenizer, eval_rows=rows, progress=False,
+                            trainer_cls=ReasoningTrainer)  # fmt: skip
+    think_after = think_probability(model, tokenizer, prompts)
+    before, after = history[0]["eval_accuracy"], history[-1]["eval_accuracy"]
+    assert after - before >= MIN_ACCURACY_GAIN, (before, after)
+    assert think_after - think_before >= MIN_THINK_GAIN, (think_before, think_after)
+    assert 0 <= history[-1]["reasoning_rate"] <= 1  # the trainer logs how the samples reason
+
+
+def test_think_probability_reads_the_first_token():
+    """pi(<think> | prompt) from the last prompt position, averaged; a tokenizer without the
+    tag is refused."""
+    import math
+    from types import SimpleNamespace
+
+    import torch
+
+    from grpo_minimal.lm_model import load_tokenizer
+    from grpo_minimal.reasoning import think_probability
+
+    tokenizer = load_tokenizer("tiny-reasoning")
+    think, vocabulary = tokenizer.convert_tokens_to_ids("<think>"), len(tokenizer)
+
+    class Stub(torch.nn.Module):  # every position: logit log 3 for <think>, 0 for the rest
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, input_ids, attention_mask):
+            logits = torch.zeros(*input_ids.shape, vocabulary)
+            logits[..., think] = math.log(3.0)
+            return SimpleNamespace(logits=logits)
+
+    p = think_probability(Stub(), tokenizer, ["1+2=", "300+4="])
+    assert p == pytest.approx(3 / (3 + vocabulary - 1))
+    with pytest.raises(ValueError, match="no <think> token"):
+        think_probability(Stub(), load_tokenizer("tiny"), ["1+2="])
