@@ -42,10 +42,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedTokenizerFast
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing the package
+sys.path.insert(0, str(HERE))  # the tiny model's script, for its architecture
+from make_tiny_model import build_model as build_tiny_model  # noqa: E402  (same architecture)
+
 from grpo_minimal.data import load_jsonl  # noqa: E402
 from grpo_minimal.reasoning import (  # noqa: E402
     direct_target,
@@ -86,31 +89,6 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         padding_side="left",
         model_max_length=CONTEXT,
     )
-
-
-def build_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
-    """A 4-layer Qwen2 with width 128 (grouped-query attention, 4 heads / 2 KV heads)."""
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=CONTEXT,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-    )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        max_new_tokens=MAX_NEW_TOKENS,
-        do_sample=False,
-    )
-    return model
 
 
 def encode(tokenizer, text: str) -> list[int]:
@@ -161,7 +139,7 @@ def build(share: float, out: Path, seed: int = SEED, steps: int | None = None,
     np.random.seed(seed)
     torch.manual_seed(seed)
     tokenizer = build_tokenizer()
-    model = build_model(tokenizer)
+    model = build_tiny_model(tokenizer, context=CONTEXT, max_new_tokens=MAX_NEW_TOKENS)
     params = sum(p.numel() for p in model.parameters())
     train = load_jsonl(HERE / "reasoning_train.jsonl")
     sft_rows, val_rows = train[:-VAL_SIZE], train[-VAL_SIZE:]

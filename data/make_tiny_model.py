@@ -81,8 +81,12 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def build_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
-    """A 4-layer Qwen2 with width 128 (grouped-query attention, 4 heads / 2 KV heads)."""
+def build_model(
+    tokenizer: PreTrainedTokenizerFast, context: int = 32, max_new_tokens: int = MAX_NEW_TOKENS
+) -> Qwen2ForCausalLM:
+    """A 4-layer Qwen2 with width 128 (grouped-query attention, 4 heads / 2 KV heads), a
+    context of ``context`` tokens, greedy generation of ``max_new_tokens`` by default
+    (``make_reasoning_model.py`` builds notebook 10's cold starts on it)."""
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=128,
@@ -90,7 +94,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=32,
+        max_position_embeddings=context,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -100,7 +104,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
     model.generation_config = GenerationConfig(
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        max_new_tokens=MAX_NEW_TOKENS,
+        max_new_tokens=max_new_tokens,
         do_sample=False,
     )
     return model
