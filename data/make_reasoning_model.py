@@ -41,13 +41,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing the package
 sys.path.insert(0, str(HERE))  # the tiny model's script, for its architecture
-from make_tiny_model import build_model as build_tiny_model  # noqa: E402  (same architecture)
+from make_tiny_model import build_model as build_tiny_model  # noqa: E402  (its architecture)
+from make_tiny_model import build_tokenizer as build_tiny_tokenizer  # noqa: E402
 
 from grpo_minimal.data import load_jsonl  # noqa: E402
 from grpo_minimal.reasoning import (  # noqa: E402
@@ -61,9 +60,7 @@ from grpo_minimal.sft import sft_batch  # noqa: E402
 
 SEED = 0
 MODELS = {"tiny_reasoning_lm": 0.2, "tiny_direct_lm": 0.0}  # folder -> share of written targets
-SPECIAL = ["<pad>", "<eos>", "<unk>"]
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
-CHARS = list("0123456789+-*= ")
 VAL_SIZE = 300  # the last train problems: not fine-tuned on, they decide when to stop
 TARGET_THINK_ACCURACY = 0.5  # stop at the first check where written solutions reach this
 MAX_STEPS = 3000
@@ -72,23 +69,6 @@ BATCH_SIZE = 64
 LEARNING_RATE = 1e-3
 CONTEXT = 64
 MAX_NEW_TOKENS = 40  # the longest written target is 34 tokens, then <eos>
-
-
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character and per R1 tag; unknown characters become ``<unk>``."""
-    vocab = {token: i for i, token in enumerate(SPECIAL + CHARS + TAGS)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tags = "|".join(t.replace("/", "\\/") for t in TAGS)
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(f"{tags}|[\\s\\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        unk_token="<unk>",
-        padding_side="left",
-        model_max_length=CONTEXT,
-    )
 
 
 def encode(tokenizer, text: str) -> list[int]:
@@ -138,7 +118,7 @@ def build(share: float, out: Path, seed: int = SEED, steps: int | None = None,
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tiny_tokenizer(TAGS, context=CONTEXT)
     model = build_tiny_model(tokenizer, context=CONTEXT, max_new_tokens=MAX_NEW_TOKENS)
     params = sum(p.numel() for p in model.parameters())
     train = load_jsonl(HERE / "reasoning_train.jsonl")

@@ -39,6 +39,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -65,11 +66,13 @@ LEARNING_RATE = 1e-3
 MAX_NEW_TOKENS = 5  # answers of 2-digit addition have at most 3 digits, then <eos>
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character; unknown characters become ``<unk>``; decoding concatenates."""
-    vocab = {token: i for i, token in enumerate(SPECIAL + CHARS)}
+def build_tokenizer(words: Sequence[str] = (), context: int = 32) -> PreTrainedTokenizerFast:
+    """One token per character, and one per each of ``words`` (``make_reasoning_model.py``: the
+    R1 tags); unknown characters become ``<unk>``; decoding concatenates."""
+    vocab = {token: i for i, token in enumerate(SPECIAL + CHARS + list(words))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    pattern = "|".join([w.replace("/", "\\/") for w in words] + [r"[\s\S]"])
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -77,7 +80,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         eos_token="<eos>",
         unk_token="<unk>",
         padding_side="left",
-        model_max_length=32,
+        model_max_length=context,
     )
 
 
