@@ -128,19 +128,9 @@ def final_intervals(runs: Sequence[dict], metric: str, baseline: str = "grpo") -
         row = {"variant": name, "seeds": len(mine), "before": bootstrap_ci(before, stat=np.mean),
                "after": bootstrap_ci(after, stat=np.mean)}  # fmt: skip
         if name != baseline and base:
-            row["minus_baseline"] = _difference_ci(after, base)
+            row["minus_baseline"] = bootstrap_ci(after, base, stat=np.mean, difference=True)
         rows.append(row)
     return rows
-
-
-def _difference_ci(values: Sequence[float], baseline: Sequence[float], resamples: int = 10_000):
-    """Mean(values) - mean(baseline) with a 95% percentile bootstrap interval (unpaired)."""
-    rng = np.random.default_rng(0)
-    x, y = np.asarray(values, float), np.asarray(baseline, float)
-    boot = (x[rng.integers(0, len(x), (resamples, len(x)))].mean(axis=1)
-            - y[rng.integers(0, len(y), (resamples, len(y)))].mean(axis=1))  # fmt: skip
-    low, high = np.quantile(boot, [0.025, 0.975])
-    return float(x.mean() - y.mean()), float(low), float(high)
 
 
 def plot_emergence(runs: Sequence[dict], variants: Sequence[str] = ("grpo",), live=None):

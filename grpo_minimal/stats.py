@@ -18,6 +18,7 @@ def bootstrap_ci(
     baseline: Sequence[float] | None = None,
     *,
     stat: Callable[..., np.ndarray] = np.median,
+    difference: bool = False,
     confidence: float = 0.95,
     resamples: int = 10_000,
     seed: int = 0,
@@ -25,7 +26,7 @@ def bootstrap_ci(
     """Percentile bootstrap over seeds: ``(estimate, low, high)``.
 
     The estimate is ``stat(values)``, or ``stat(values) / stat(baseline)`` when ``baseline`` is
-    given. Each sample is resampled with replacement ``resamples`` times, independently (runs of
+    given (``stat(values) - stat(baseline)`` with ``difference``). Each sample is resampled with replacement ``resamples`` times, independently (runs of
     two methods are not paired), and the interval is the central ``confidence`` quantile range of
     the resampled estimates (a resampled ratio 0 / 0 is dropped). ``stat`` must accept ``axis``
     (``np.median``, ``np.mean``, ...).
@@ -46,9 +47,12 @@ def bootstrap_ci(
     boot = stat(x[rng.integers(0, len(x), size=(resamples, len(x)))], axis=1)
     if baseline is not None:
         y = np.asarray(baseline, dtype=float)
-        with np.errstate(divide="ignore", invalid="ignore"):  # a ratio over 0: inf or nan
-            estimate = estimate / stat(y)
-            boot = boot / stat(y[rng.integers(0, len(y), size=(resamples, len(y)))], axis=1)
+        boot_y = stat(y[rng.integers(0, len(y), size=(resamples, len(y)))], axis=1)
+        if difference:
+            estimate, boot = estimate - stat(y), boot - boot_y
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):  # a ratio over 0: inf or nan
+                estimate, boot = estimate / stat(y), boot / boot_y
     boot = boot[~np.isnan(boot)]  # a resampled ratio 0 / 0 is undefined: dropped
     if boot.size == 0:
         return float(estimate), float("nan"), float("nan")

@@ -45,3 +45,15 @@ def test_the_interval_lies_within_the_resampled_range(values, baseline):
     lowest, highest = min(values) / max(baseline), max(values) / min(baseline)
     assert lowest * (1 - 1e-12) <= low <= high <= highest * (1 + 1e-12)
     assert lowest * (1 - 1e-12) <= est <= highest * (1 + 1e-12)
+
+
+def test_difference_of_two_samples_by_hand():
+    """With ``difference`` the estimate is stat(values) - stat(baseline); a resample of [0, 1]
+    has mean 0, 0.5 or 1, so the difference from a constant 0.25 lies in [-0.25, 0.75]."""
+    assert bootstrap_ci([1.0, 1.0], [0.25, 0.25], stat=np.mean, difference=True) == (
+        0.75, 0.75, 0.75)  # fmt: skip
+    estimate, low, high = bootstrap_ci([0.0, 1.0], [0.25] * 3, stat=np.mean, difference=True)
+    assert estimate == pytest.approx(0.25) and low == pytest.approx(-0.25)
+    assert high == pytest.approx(0.75)
+    ratio = bootstrap_ci([1.0, 1.0], [0.25, 0.25], stat=np.mean)
+    assert ratio == (4.0, 4.0, 4.0)  # the default is still the ratio
