@@ -8,8 +8,8 @@ Each run trains one variant (``r1_zero.VARIANTS``: ``grpo``, ``no_steps``, ``len
 reasoning **test** split (greedy, 500 problems), which decides nothing here: the settings were
 chosen on seeds 5-9 against problems in no shipped split. Results are appended to
 ``bench/results/reasoning.json`` (notebook 10 reads it) one run at a time, each stamped with the
-machine and the date; an interrupted sweep resumes where it stopped (runs already in the file
-are skipped). To use both cores, run two processes with different ``--out`` files and join
+machine and the date; an interrupted sweep resumes where it stopped (runs already in the file,
+same variant, seed and steps, are skipped). To use both cores, run two processes with different ``--out`` files and join
 their ``runs`` lists.
 """
 
@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from grpo_minimal.ablations import RESULTS, append_result, load_results
 from grpo_minimal.data import load_reasoning
+from grpo_minimal.math_config import MathConfig
 from grpo_minimal.r1_zero import VARIANTS, run_variant
 
 OUT = RESULTS.with_name("reasoning.json")
@@ -37,15 +38,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     test = load_reasoning("test")
-    overrides = {"eval_n": len(test)} | ({"max_steps": args.steps} if args.steps else {})
+    steps = args.steps or MathConfig.REASONING_DEFAULTS["max_steps"]
     data = load_results(args.out)
     done = {(r["variant"], r["seed"], r["steps"]) for r in data["runs"]}
-    todo = [(v, s) for s in args.seeds for v in args.variants]
+    todo = [(v, s) for s in args.seeds for v in args.variants if (v, s, steps) not in done]
     for variant, seed in tqdm(todo, desc="runs"):
-        if any((variant, seed) == (v, s) for v, s, _ in done):
-            continue
-        record = append_result(args.out, data, run_variant(variant, seed, test, sample_every=25,
-                                                           **overrides))  # fmt: skip
+        run = run_variant(variant, seed, test, sample_every=25, eval_n=len(test), max_steps=steps)
+        record = append_result(args.out, data, run)
         first, last = record["evals"][0], record["evals"][-1]
         print(f"{variant:15s} seed {seed}: accuracy {first['eval_accuracy']:.3f} -> "
               f"{last['eval_accuracy']:.3f}, reasoning {first['eval_reasoning_rate']:.2f} -> "
