@@ -21,12 +21,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .data import DATA_DIR, problem_key
+from .data import problem_key
 from .lm_train import MathConfig, train_math
+from .shipped import results_dir
 from .stats import bootstrap_ci
 
-RESULTS = DATA_DIR.parent / "bench" / "results" / "ablations.json"
-"""Where ``bench/ablations.py`` writes the sweep (committed) and notebook 07 reads it."""
+RESULTS = results_dir() / "ablations.json"
+"""Where ``bench/ablations.py`` writes the sweep (committed) and notebook 07 reads it (in an
+installed wheel, the package's copy of ``bench/results/``: ``grpo_minimal.shipped``)."""
 
 
 def load_results(path: str | os.PathLike) -> dict:

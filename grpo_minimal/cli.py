@@ -30,6 +30,7 @@ from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
 from .envs import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW
+from .extras import require
 from .gym_grpo import CartPoleConfig
 from .labs.commands import add_lab_commands
 from .math_config import PROMPT_TEMPLATES, MathConfig
@@ -189,6 +190,8 @@ def prepare_math(args: argparse.Namespace):
             "backend grpo_minimal runs in one process; launched by torchrun with several, "
             "use --backend trl (TRL's GRPOTrainer, data-parallel)"
         )
+    if args.backend == "trl":
+        require("trl", "--backend trl")
     args.trl_overrides = {}
     if args.trl:
         if args.backend != "trl":

@@ -30,6 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import shipped
+from .extras import require
+
 __all__ = [
     "ARITHMETIC_SPLITS",
     "DATA_DIR",
@@ -51,8 +54,9 @@ __all__ = [
     "read_jsonl",
 ]
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-"""The repository's ``data/`` folder (the package is used from a checkout of the course)."""
+DATA_DIR = shipped.data_dir()
+"""The shipped data: the repository's ``data/`` in a checkout, the package's copy in a wheel
+(``grpo_minimal.shipped``)."""
 
 ARITHMETIC_SPLITS = ("train", "test", "mix_train", "mix_test")
 REASONING_SPLITS = ("train", "test")
@@ -137,11 +141,16 @@ def load_jsonl(path: str | Path) -> list[dict[str, str]]:
     return _math_rows(rows, str(path))
 
 
+def _shipped_or(folder: str | Path | None, name: str) -> Path:
+    """``name`` in ``folder`` when one is given, else the shipped file (a clear error if absent)."""
+    return Path(folder) / name if folder is not None else shipped.data_path(name)
+
+
 def load_arithmetic(split: str = "train", data_dir: str | Path | None = None) -> list[dict]:
     """The shipped arithmetic split: ``train``, ``test``, ``mix_train`` or ``mix_test``."""
     if split not in ARITHMETIC_SPLITS:
         raise ValueError(f"split must be one of {ARITHMETIC_SPLITS}, got {split!r}")
-    return load_jsonl(Path(data_dir or DATA_DIR) / f"arithmetic_{split}.jsonl")
+    return load_jsonl(_shipped_or(data_dir, f"arithmetic_{split}.jsonl"))
 
 
 def load_reasoning(split: str = "train", data_dir: str | Path | None = None) -> list[dict]:
@@ -149,29 +158,25 @@ def load_reasoning(split: str = "train", data_dir: str | Path | None = None) -> 
     sums (``steps`` in the file) are for the tests and the notebook: a reward never reads them."""
     if split not in REASONING_SPLITS:
         raise ValueError(f"reasoning split must be one of {REASONING_SPLITS}, got {split!r}")
-    return load_jsonl(Path(data_dir or DATA_DIR) / f"reasoning_{split}.jsonl")
+    return load_jsonl(_shipped_or(data_dir, f"reasoning_{split}.jsonl"))
 
 
 def load_gsm8k_sample(data_dir: str | Path | None = None) -> list[dict[str, str]]:
     """The project's 20 GSM8K-format problems as ``{"prompt", "answer"}`` rows (no network)."""
-    return load_jsonl(Path(data_dir or DATA_DIR) / "gsm8k_sample.jsonl")
+    return load_jsonl(_shipped_or(data_dir, "gsm8k_sample.jsonl"))
 
 
 def load_gsm8k(split: str = "train") -> list[dict[str, str]]:
     """GSM8K (``openai/gsm8k``, config ``main``) from the Hugging Face Hub as rows.
 
-    Needs ``datasets`` (``pip install datasets``, in the ``gpu`` extra) and the network; it is
+    Needs ``datasets`` (the ``gpu`` extra) and the network; it is
     the GPU path, never used by the tests or the default notebooks.
     """
     if split not in ("train", "test"):
         raise ValueError(f"GSM8K split must be 'train' or 'test', got {split!r}")
-    try:
-        import datasets
-    except ImportError as err:
-        raise ImportError(
-            "load_gsm8k needs the 'datasets' package: pip install datasets "
-            "(or use load_gsm8k_sample() for the small offline sample)"
-        ) from err
+    require("gpu", "GSM8K from the Hub (or load_gsm8k_sample(), offline)")
+    import datasets
+
     return [
         gsm8k_row(example) for example in datasets.load_dataset("openai/gsm8k", "main", split=split)
     ]

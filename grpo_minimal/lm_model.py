@@ -16,18 +16,19 @@ from pathlib import Path
 
 import torch
 
+from . import shipped
 from .rewards import R1_SYSTEM_PROMPT
 
-TINY_MODEL = Path(__file__).resolve().parent.parent / "data" / "tiny_math_lm"
-"""The small model the course ships (built by ``data/make_tiny_model.py``)."""
-
 SHIPPED_MODELS = {
-    "tiny": TINY_MODEL,
-    "tiny-reasoning": TINY_MODEL.parent / "tiny_reasoning_lm",
-    "tiny-direct": TINY_MODEL.parent / "tiny_direct_lm",
+    name: shipped.data_dir() / shipped.SHIPPED_MODEL_FOLDERS[name]
+    for name in ("tiny", "tiny-reasoning", "tiny-direct")
 }
-"""Short names of the models in ``data/``: the tiny math model, and notebook 10's cold starts
-(``data/make_reasoning_model.py``: a minority of written solutions, and none)."""
+"""Short names of the models in ``data/`` that ``--model`` takes: the tiny math model, and
+notebook 10's cold starts (``data/make_reasoning_model.py``: a minority of written solutions, and
+none). ``grpo_minimal.shipped`` finds them in a checkout or in the installed package."""
+
+TINY_MODEL = SHIPPED_MODELS["tiny"]
+"""The small model the course ships (built by ``data/make_tiny_model.py``)."""
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -41,7 +42,7 @@ def resolve_model_name(name: str) -> str:
     ``config.json``: a typo is refused at once instead of being looked up on the Hub.
     """
     if name in SHIPPED_MODELS:
-        return str(SHIPPED_MODELS[name])
+        return str(shipped.model_path(name))  # a clear error if this install lacks it
     path = Path(name).expanduser()
     slashes = name.count("/")
     local = name.startswith((".", "/", "~")) or slashes > 1 or (slashes and path.parent.is_dir())

@@ -5,7 +5,8 @@ written in otter-grader's assignment format (``# BEGIN QUESTION`` / ``# BEGIN SO
 ``# BEGIN TESTS`` raw cells). ``otter assign`` splits it into
 
 - the **student notebook** (solutions replaced by ``...``, public checks only, stored in the
-  notebook's metadata), copied to ``notebooks/labs/NN_name.ipynb`` and committed, so a learner
+  notebook's metadata; a first cell that installs the package and its ``labs`` extra where they
+  are missing, ``grpo_minimal.notebook_setup``), copied to ``notebooks/labs/NN_name.ipynb`` and committed, so a learner
   needs no build step;
 - the **grader's material**: ``build/labs/NN_name-autograder.zip`` (public and hidden checks) and
   ``build/labs/solutions/NN_name.ipynb`` (the notebook with solutions), never committed.
@@ -32,6 +33,8 @@ import secrets
 import shutil
 import tempfile
 from pathlib import Path
+
+from grpo_minimal.notebook_setup import lab_setup_source
 
 SOURCE_DIR = Path("instructor/labs")
 STUDENT_DIR = Path("notebooks/labs")
@@ -68,6 +71,9 @@ def _source_notebook(source: Path, out: Path, seed: int) -> Path:
 def _normalise_student(path: Path, source: Path) -> str:
     """Stable JSON for a student notebook: fixed ids, no editor metadata, provenance noted."""
     notebook = json.loads(path.read_text())
+    # first, before otter's own cell imports otter: install the package and its labs extra
+    setup = {"cell_type": "code", "metadata": {}, "source": lab_setup_source(source.stem).splitlines(True)}
+    notebook["cells"].insert(0, setup)
     for index, cell in enumerate(notebook["cells"]):
         cell["id"] = f"{source.stem}-{index:02d}"
         cell["metadata"].pop("lines_to_next_cell", None)

@@ -16,10 +16,11 @@ import importlib.util
 import random
 from functools import cache
 
-from grpo_minimal.data import DATA_DIR, load_math_rows
+from grpo_minimal.data import load_math_rows
 from grpo_minimal.labs.checking import failure
 from grpo_minimal.labs.grading import report
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy
+from grpo_minimal.shipped import data_path
 
 # 300 steps of the default lesson (8 prompts x 8 completions): about 50 s on 2 CPU cores.
 BUDGET_COMPLETIONS = 19_200
@@ -35,7 +36,7 @@ GAIN_TARGETS = (3.0, 5.0)
 
 def _make_arithmetic():
     spec = importlib.util.spec_from_file_location(
-        "make_arithmetic", DATA_DIR / "make_arithmetic.py"
+        "make_arithmetic", data_path("make_arithmetic.py")
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..extras import require
 from .grading import DEFAULT_TIMEOUT_S
 
 
 def prepare_lab_check(args: argparse.Namespace) -> Path:
+    require("labs", "grpo-minimal lab check")
     notebook = Path(args.notebook)
     if notebook.suffix != ".ipynb" or not notebook.is_file():
         raise ValueError(f"notebook: no .ipynb file at {notebook}")
@@ -37,6 +39,7 @@ def run_lab_check(args: argparse.Namespace, notebook: Path) -> dict:
 
 
 def prepare_lab_grade(args: argparse.Namespace) -> Path:
+    require("labs", "grpo-minimal lab grade")
     folder = Path(args.folder)
     if not folder.is_dir() or not any(folder.glob("*.ipynb")):
         raise ValueError(f"folder: {folder} holds no submitted .ipynb notebooks")
@@ -62,6 +65,7 @@ def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
 
 
 def prepare_lab_build(args: argparse.Namespace) -> None:
+    require("labs", "grpo-minimal lab build")
     from .build import STUDENT_DIR, lab_sources, refuse_to_overwrite
 
     if args.seed is not None and args.seed < 0:

@@ -1,0 +1,56 @@
+"""The optional parts of the course and the extra that installs each.
+
+A base install (``pip install grpo-minimal``) runs every course notebook, the CartPole and math
+commands and the tiny models. Three roads need more, each from an extra of ``pyproject.toml``:
+``labs`` (otter-grader: ``grpo-minimal lab check | grade | build`` and the lab notebooks), ``trl``
+(TRL's ``GRPOTrainer``: ``math --backend trl``, notebook 06's comparison) and ``gpu`` (the
+real-model path: GSM8K from the Hub, accelerate, DeepSpeed). ``require`` turns a missing one into
+one line that names the extra to install, instead of an ImportError deep in a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+__all__ = ["EXTRAS", "MissingExtra", "has_extra", "missing_extra_message", "require"]
+
+EXTRAS = {
+    "labs": ("otter",),
+    "trl": ("trl", "datasets"),
+    "gpu": ("trl", "datasets", "accelerate"),
+}
+"""The modules each extra brings that the code imports (an extra may install more)."""
+
+
+class MissingExtra(ImportError):
+    """An optional part of the course is not installed; the message names its extra."""
+
+
+def _missing(extra: str) -> list[str]:
+    if extra not in EXTRAS:
+        raise ValueError(f"extra: {extra!r} is not one of {', '.join(EXTRAS)}")
+    return [module for module in EXTRAS[extra] if importlib.util.find_spec(module) is None]
+
+
+def has_extra(extra: str) -> bool:
+    """Whether everything ``extra`` brings is importable."""
+    return not _missing(extra)
+
+
+def missing_extra_message(extra: str, what: str) -> str:
+    """``what needs the [extra] extra (missing: ...): pip install "grpo-minimal[extra]"``, or ""
+    when nothing is missing."""
+    missing = _missing(extra)
+    if not missing:
+        return ""
+    return (
+        f"{what} needs the [{extra}] extra (missing: {', '.join(missing)}): "
+        f'pip install "grpo-minimal[{extra}]" (in a clone: pip install -e ".[{extra}]")'
+    )
+
+
+def require(extra: str, what: str) -> None:
+    """Raise ``MissingExtra`` with one line naming ``extra`` when part of it is missing."""
+    message = missing_extra_message(extra, what)
+    if message:
+        raise MissingExtra(message)

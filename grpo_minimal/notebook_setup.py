@@ -1,0 +1,228 @@
+"""The cells every notebook starts with, from one template.
+
+A notebook opened alone (Colab opens one from GitHub; a learner downloads one) has no checkout
+beside it. So each course notebook starts with two cells written here: a Markdown cell with its
+"Open in Colab" link and what its runtime needs, and a set-up cell that installs the course
+package when it is not importable (``%pip``, from the repository address kept in one place,
+``[project.urls]`` of ``pyproject.toml``) and offers quick mode. The lab notebooks start with a
+set-up cell of the same kind (``grpo-minimal lab build`` puts it there), which also needs the
+``labs`` extra. ``python -m grpo_minimal.notebook_setup`` rewrites the course notebooks' cells and
+kernelspecs; ``--check`` lists the notebooks that differ (``tests/test_notebook_setup.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "COURSE",
+    "KERNELSPEC",
+    "colab_badge",
+    "colab_url",
+    "course_cells",
+    "lab_setup_source",
+    "repository_url",
+]
+
+SETUP_TAG = "course-setup"
+"""The tag of the cells written here: they are replaced, never edited by hand."""
+
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+_FALLBACK_URL = "https://github.com/grpo-minimal/grpo_minimal"  # only if no metadata is found
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a notebook needs: its full-mode time on a 2-core CPU (the README table's run time),
+    and anything beyond a CPU and the base install."""
+
+    runtime: str
+    extra: str | None = None
+    note: str = "No GPU needed."
+
+
+COURSE = {
+    "01_group_relative_advantage": Needs("about 15 s"),
+    "02_cartpole_grpo": Needs("about 5 min"),
+    "03_ppo_vs_grpo": Needs("about 8-9 min"),
+    "04_clipping_and_kl": Needs("about 20 s"),
+    "05_verifiable_math_rewards": Needs("about 5 s"),
+    "06_llm_grpo_math": Needs(
+        "about 1.5-2.5 min",
+        extra="trl",
+        note="No GPU needed: on a CPU it trains the shipped tiny model. On a CUDA GPU (a Colab "
+        "T4, an A100) it trains Qwen2.5-0.5B-Instruct on GSM8K from the Hugging Face Hub instead "
+        "(section 9 gives the plan per GPU). Its TRL comparison needs the `trl` extra, which the "
+        "set-up cell installs on Colab.",
+    ),
+    "07_what_matters": Needs("about 1 min"),
+    "08_beyond_one_sample": Needs("about 5-7.5 min"),
+    "09_scaling_out": Needs("about 1 min"),
+    "10_reasoning_emerges": Needs("about 2.5 min"),
+}
+"""The course notebooks (``notebooks/NAME.ipynb``) and what each needs."""
+
+
+def repository_url() -> str:
+    """The repository's address: ``[project.urls] Repository`` of the installed package."""
+    try:
+        urls = importlib.metadata.metadata("grpo-minimal").get_all("Project-URL") or []
+    except importlib.metadata.PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip() == "Repository":
+            return url.strip()
+    return _FALLBACK_URL
+
+
+def colab_url(path: str) -> str:
+    """The Colab address of ``path`` (relative to the repository root) on the main branch."""
+    github = repository_url().removeprefix("https://github.com/")
+    return f"https://colab.research.google.com/github/{github}/blob/main/{path}"
+
+
+def colab_badge(path: str) -> str:
+    """The "Open in Colab" badge linking to ``path``, as Markdown."""
+    badge = "https://colab.research.google.com/assets/colab-badge.svg"
+    return f"[![Open in Colab]({badge})]({colab_url(path)})"
+
+
+def _install_line(extra: str | None) -> str:
+    package = f"grpo-minimal[{extra}]" if extra else "grpo-minimal"
+    return f'    %pip install --quiet "{package} @ git+{repository_url()}"'
+
+
+def _setup_source(extra: str | None) -> str:
+    return "\n".join(
+        [
+            "# Set-up: installs the course package where it is missing (Colab, a notebook opened",
+            "# alone). Quick mode (GRPO_QUICK) shrinks every budget to what the tests run.",
+            "import importlib.util",
+            "import os",
+            "",
+            "QUICK_MODE = False  # True: small budgets, the same code paths (the tests' setting)",
+            "if QUICK_MODE:",
+            '    os.environ["GRPO_QUICK"] = "1"',
+            'if importlib.util.find_spec("grpo_minimal") is None:',
+            _install_line(extra),
+        ]
+    )
+
+
+def lab_setup_source(name: str) -> str:
+    """The set-up cell of lab notebook ``name``: the package and its ``labs`` extra (otter)."""
+    return "\n".join(
+        [
+            "# Set-up: installs the course package with its labs extra where it is missing (Colab,",
+            "# a notebook opened alone); a package without the extra gets one line naming it.",
+            "import importlib.util",
+            "",
+            'if importlib.util.find_spec("grpo_minimal") is None:',
+            _install_line("labs"),
+            "from grpo_minimal.extras import require",
+            "",
+            f'require("labs", "lab {name}")',
+        ]
+    )
+
+
+def course_cells(name: str) -> list[dict]:
+    """The two cells course notebook ``name`` starts with (nbformat 4 cell dicts)."""
+    needs = COURSE[name]
+    intro = (
+        f"{colab_badge(f'notebooks/{name}.ipynb')}\n\n"
+        f"**Runs on** a CPU: {needs.runtime} on 2 cores as written; quick mode (`QUICK_MODE` "
+        f"below) runs the same code on small budgets. {needs.note} The set-up cell installs the "
+        "course package when it is missing; in a clone, `make lab` opens the notebooks with "
+        "everything installed."
+    )
+    meta = {"tags": [SETUP_TAG]}
+    return [
+        {"cell_type": "markdown", "id": "course-intro", "metadata": meta, "source": intro},
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "id": "course-setup",
+            "metadata": meta,
+            "outputs": [],
+            "source": _setup_source(needs.extra),
+        },
+    ]
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _is_setup(cell: dict) -> bool:
+    return SETUP_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def _shift_counts(cells: list[dict]) -> None:
+    """Number an executed notebook's cells as a run with the set-up cell first would."""
+    for cell in cells:
+        if cell["cell_type"] == "code" and cell.get("execution_count") is not None:
+            cell["execution_count"] += 1
+            for output in cell.get("outputs", []):
+                if output.get("execution_count") is not None:
+                    output["execution_count"] += 1
+
+
+def with_course_cells(notebook: dict, name: str) -> dict:
+    """``notebook`` with its set-up cells (re)written and the kernelspec set.
+
+    Where the package is installed the set-up cell prints nothing and changes nothing, so adding
+    it to an executed notebook moves only the execution counts (it runs first, as count 1)."""
+    old = [c for c in notebook["cells"] if _is_setup(c)]
+    cells = [json.loads(json.dumps(c)) for c in notebook["cells"] if not _is_setup(c)]
+    fresh = course_cells(name)
+    for cell in fresh:
+        cell["source"] = _lines(cell["source"])
+    executed = [c.get("execution_count") for c in cells if c["cell_type"] == "code"]
+    if old:
+        fresh[1]["execution_count"] = old[-1].get("execution_count")
+    elif executed and executed[0] == 1:
+        _shift_counts(cells)
+        fresh[1]["execution_count"] = 1
+    metadata = dict(notebook["metadata"], kernelspec=KERNELSPEC)
+    return dict(notebook, metadata=metadata, cells=fresh + cells)
+
+
+def _notebook_text(notebook: dict) -> str:
+    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+
+
+def sync(folder: Path, check: bool) -> list[str]:
+    """Rewrite (or with ``check`` only list) the course notebooks whose set-up cells differ."""
+    differ = []
+    for name in COURSE:
+        path = folder / f"{name}.ipynb"
+        text = path.read_text(encoding="utf-8")
+        wanted = _notebook_text(with_course_cells(json.loads(text), name))
+        if wanted != text:
+            differ.append(name)
+            if not check:
+                path.write_text(wanted, encoding="utf-8")
+    return differ
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", nargs="?", default="notebooks", help="the course notebooks")
+    parser.add_argument("--check", action="store_true", help="only list notebooks that differ")
+    args = parser.parse_args(argv)
+    differ = sync(Path(args.folder), args.check)
+    for name in differ:
+        print(f"{name}.ipynb: set-up cells {'differ' if args.check else 'rewritten'}")
+    return 1 if differ and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The roads a learner takes without a checkout, run for real (``make test``'s last stage).
+
+Builds the wheel from this checkout, installs it with torch alone into a fresh venv, and from an
+empty folder, with the Hugging Face Hub offline:
+
+1. runs every command once (``cartpole``, ``evaluate cartpole``, ``math``, ``evaluate math``,
+   ``math --dataset reasoning --model tiny-reasoning``) and checks that ``math`` gives the same
+   accuracies as the checkout does (same seed, one thread);
+2. checks that a missing extra is one line naming it (``lab check`` without ``[labs]``,
+   ``math --backend trl`` without ``[trl]``), exit status 2;
+3. runs each course notebook copied alone into an empty folder, in quick mode, under nbval (the
+   test tools pytest, nbval and pytest-xdist are the only other installs);
+4. installs the ``labs`` extra and checks a solved lab with ``grpo-minimal lab check``.
+
+Usage: ``python tests/wheel_smoke.py [--keep DIR] [--skip-notebooks]``. Exit status 0 when all
+pass; each failure is printed with the command and its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONSTRAINTS = ROOT / "constraints.txt"
+TORCH = "torch==2.13.0"
+TEST_TOOLS = ("pytest", "nbval", "pytest-xdist")
+# lab 01 filled with the package's own functions: a solved lab
+SOLVED_LAB_01 = [
+    "from grpo_minimal.advantages import group_advantages",
+    "from grpo_minimal.advantages import rloo_advantages",
+    "from grpo_minimal.advantages import population_std_advantages\n"
+    "seed_group = torch.tensor(checks.SEED_GROUP)\n"
+    "advantage_population = population_std_advantages(seed_group, 4)[0].item()\n"
+    "advantage_sample = group_advantages(seed_group, 4)[0].item()",
+]
+
+
+def run(cmd: list[str], cwd: Path, env: dict, expect: int = 0) -> subprocess.CompletedProcess:
+    print("$", " ".join(cmd), flush=True)
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode != expect:
+        sys.exit(
+            f"wheel smoke: {' '.join(cmd)} exited {done.returncode}, expected {expect}\n"
+            f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+        )
+    return done
+
+
+def summary(done: subprocess.CompletedProcess) -> dict:
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def one_line_naming(done: subprocess.CompletedProcess, extra: str) -> None:
+    lines = done.stderr.strip().splitlines()
+    if len(lines) != 1 or f"[{extra}]" not in lines[0] or "Traceback" in done.stderr:
+        sys.exit(f"wheel smoke: a missing [{extra}] should be one line naming it, got:\n{done.stderr}")
+    print("  ", lines[0])
+
+
+def solved_lab(student: Path, dest: Path) -> Path:
+    notebook = json.loads(student.read_text())
+    answers = [c for c in notebook["cells"] if "otter_answer_cell" in c["metadata"].get("tags", [])]
+    for cell, source in zip(answers, SOLVED_LAB_01, strict=True):
+        cell["source"] = source
+    dest.write_text(json.dumps(notebook))
+    return dest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", help="work in this folder and keep it (default: a temp folder)")
+    parser.add_argument("--skip-notebooks", action="store_true")
+    args = parser.parse_args()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="grpo-wheel-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        smoke(work, args.skip_notebooks)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print("wheel smoke: passed")
+
+
+def smoke(work: Path, skip_notebooks: bool) -> None:
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    base_env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
+                    MKL_NUM_THREADS="1", MPLBACKEND="Agg")  # fmt: skip
+    pip_quiet = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+
+    dist = work / "dist"
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)],
+        ROOT, base_env)  # fmt: skip
+    (wheel,) = dist.glob("grpo_minimal-*.whl")
+    venv = work / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], work, base_env)
+    python = str(venv / "bin" / "python")
+    env = dict(base_env, PATH=f"{venv / 'bin'}{os.pathsep}{base_env['PATH']}")
+    run([python, *pip_quiet, TORCH], work, env)
+    run([python, *pip_quiet, str(wheel), *TEST_TOOLS, "-c", str(CONSTRAINTS)], work, env)
+
+    empty = work / "empty"
+    empty.mkdir()
+    cli = [str(venv / "bin" / "grpo-minimal")]
+    # 1. every command once, from an empty folder
+    run([*cli, "cartpole", "--total-env-steps", "3000", "--out", "cp", "--no-progress"], empty, env)
+    run([*cli, "evaluate", "cartpole", "--policy", "cp/policy.pt", "--episodes", "5"], empty, env)
+    math = ["math", "--max-steps", "3", "--no-progress"]
+    wheel_run = summary(run([*cli, *math, "--out", "m"], empty, env))
+    checkout_run = summary(run([sys.executable, "-m", "grpo_minimal", *math, "--out",
+                                str(work / "checkout-m")], ROOT, base_env))  # fmt: skip
+    for key in ("accuracy_before", "accuracy_after", "eval_n", "steps"):
+        if wheel_run[key] != checkout_run[key]:
+            sys.exit(f"wheel smoke: {key} {wheel_run[key]} (wheel) != {checkout_run[key]} (checkout)")
+    evaluated = summary(run([*cli, "evaluate", "math", "--model", "m", "--n", "100"], empty, env))
+    assert 0 <= evaluated["accuracy"] <= 1, evaluated
+    run([*cli, "math", "--dataset", "reasoning", "--model", "tiny-reasoning", "--max-steps", "2",
+         "--eval-n", "20", "--out", "r", "--no-progress"], empty, env)  # fmt: skip
+    run([*cli, "evaluate", "math", "--model", "r", "--n", "20"], empty, env)
+
+    # 2. a missing extra is one line naming it
+    lab01 = solved_lab(ROOT / "notebooks" / "labs" / "01_advantages.ipynb", empty / "lab01.ipynb")
+    one_line_naming(run([*cli, "lab", "check", str(lab01)], empty, env, expect=2), "labs")
+    trl = [*cli, "math", "--backend", "trl", "--max-steps", "1", "--out", "t"]
+    one_line_naming(run(trl, empty, env, expect=2), "trl")
+
+    # 3. every course notebook opened alone, in quick mode
+    if not skip_notebooks:
+        alone = work / "notebooks"
+        for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+            folder = alone / notebook.stem
+            folder.mkdir(parents=True)
+            shutil.copy(notebook, folder)
+        run([python, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", "-n", "2",
+             "--dist", "loadfile", str(alone)], alone, dict(env, GRPO_QUICK="1"))  # fmt: skip
+
+    # 4. with the labs extra, a solved lab passes its checks
+    run([python, *pip_quiet, f"{wheel}[labs]", "-c", str(CONSTRAINTS)], work, env)
+    checked = run([*cli, "lab", "check", str(lab01)], empty, env)
+    if summary(checked)["failed"]:
+        sys.exit(f"wheel smoke: the solved lab failed its checks:\n{checked.stdout}")
+
+
+if __name__ == "__main__":
+    main()
