@@ -3,14 +3,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: setup demo test lint bench lab labs clean
+.PHONY: setup demo test lint bench lab labs notebooks clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch first: the CPU build (a CUDA build is pulled in otherwise, several GB)
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	# torch first, pinned. On this project's CI machines pip takes a CPU build from local disk; on
+	# a plain PyPI the same line resolves the CUDA build (about 530 MB plus the CUDA libraries).
+	# For the CPU build there: make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
+	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	# the versions CI checked (constraints.txt); pyproject.toml keeps the floors
+	$(PY) -m pip install --quiet -e ".[dev]" -c constraints.txt
 	touch $@
 
 setup: $(VENV)/.installed
@@ -19,14 +22,18 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/grpo-minimal cartpole --out runs/cartpole
 
-## test: unit, property and learning tests, and every notebook under nbval; then the float
-## comparisons (marker numerics) again on one thread: another reduction order, as on another CPU.
+## test: unit, property and learning tests, and the lab notebooks; then the float comparisons
+## (marker numerics) again on one thread: another reduction order, as on another CPU; then the
+## roads without a checkout (tests/wheel_smoke.py): the wheel built from here, installed with
+## torch alone into a fresh venv, every command once from an empty folder, and every course
+## notebook copied alone into an empty folder and run under nbval in quick mode.
 ## The first pass runs on TEST_WORKERS pytest-xdist workers, whole files each (a notebook's cells
 ## share one kernel); tests/conftest.py splits the threads between them.
 TEST_WORKERS ?= 2
 test: setup
-	GRPO_QUICK=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	GRPO_QUICK=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests notebooks/labs
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -m numerics tests
+	$(PY) tests/wheel_smoke.py
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -50,6 +57,10 @@ lab: setup
 ## (autograder zips with the hidden checks, solution notebooks: the instructor's, not committed)
 labs: setup
 	$(VENV)/bin/grpo-minimal lab build
+
+## notebooks: rewrite the course notebooks' set-up cells (Colab link, install cell, kernelspec)
+notebooks: setup
+	$(PY) -m grpo_minimal.notebook_setup notebooks
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

@@ -60,7 +60,9 @@ def summary(done: subprocess.CompletedProcess) -> dict:
 def one_line_naming(done: subprocess.CompletedProcess, extra: str) -> None:
     lines = done.stderr.strip().splitlines()
     if len(lines) != 1 or f"[{extra}]" not in lines[0] or "Traceback" in done.stderr:
-        sys.exit(f"wheel smoke: a missing [{extra}] should be one line naming it, got:\n{done.stderr}")
+        sys.exit(
+            f"wheel smoke: a missing [{extra}] should be one line naming it, got:\n{done.stderr}"
+        )
     print("  ", lines[0])
 
 
@@ -91,7 +93,7 @@ def main() -> None:
 def smoke(work: Path, skip_notebooks: bool) -> None:
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
     base_env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
-                    MKL_NUM_THREADS="1", MPLBACKEND="Agg")  # fmt: skip
+                    MKL_NUM_THREADS="1")  # fmt: skip
     pip_quiet = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
 
     dist = work / "dist"
@@ -117,7 +119,9 @@ def smoke(work: Path, skip_notebooks: bool) -> None:
                                 str(work / "checkout-m")], ROOT, base_env))  # fmt: skip
     for key in ("accuracy_before", "accuracy_after", "eval_n", "steps"):
         if wheel_run[key] != checkout_run[key]:
-            sys.exit(f"wheel smoke: {key} {wheel_run[key]} (wheel) != {checkout_run[key]} (checkout)")
+            sys.exit(
+                f"wheel smoke: {key} {wheel_run[key]} (wheel) != {checkout_run[key]} (checkout)"
+            )
     evaluated = summary(run([*cli, "evaluate", "math", "--model", "m", "--n", "100"], empty, env))
     assert 0 <= evaluated["accuracy"] <= 1, evaluated
     run([*cli, "math", "--dataset", "reasoning", "--model", "tiny-reasoning", "--max-steps", "2",

@@ -72,8 +72,8 @@ def _normalise_student(path: Path, source: Path) -> str:
     """Stable JSON for a student notebook: fixed ids, no editor metadata, provenance noted."""
     notebook = json.loads(path.read_text())
     # first, before otter's own cell imports otter: install the package and its labs extra
-    setup = {"cell_type": "code", "metadata": {}, "source": lab_setup_source(source.stem).splitlines(True)}
-    notebook["cells"].insert(0, setup)
+    setup = lab_setup_source(source.stem).splitlines(keepends=True)
+    notebook["cells"].insert(0, {"cell_type": "code", "metadata": {}, "source": setup})
     for index, cell in enumerate(notebook["cells"]):
         cell["id"] = f"{source.stem}-{index:02d}"
         cell["metadata"].pop("lines_to_next_cell", None)

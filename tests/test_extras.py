@@ -1,0 +1,91 @@
+"""Each optional road names its extra in one line when it is missing, and the extras that
+``grpo_minimal.extras`` names are the ones ``pyproject.toml`` defines."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from grpo_minimal import extras
+from grpo_minimal.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# the distribution that provides each module the code imports
+PROVIDES = {
+    "otter": "otter-grader",
+    "trl": "trl",
+    "datasets": "datasets",
+    "accelerate": "accelerate",
+}
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_every_extra_installs_the_modules_it_is_named_for():
+    defined = PROJECT["optional-dependencies"]
+    assert set(extras.EXTRAS) | {"dev"} == set(defined)
+    for extra, modules in extras.EXTRAS.items():
+        assert {PROVIDES[m] for m in modules} <= _names(defined[extra]), extra
+    # dev holds everything the suite needs: the labs and trl extras whole
+    assert _names(defined["labs"]) | _names(defined["trl"]) <= _names(defined["dev"])
+
+
+@pytest.fixture
+def without(monkeypatch):
+    """Make some modules look uninstalled (as on a base install)."""
+
+    def hide(*modules: str) -> None:
+        real = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: None if name in modules else real(name, *a))  # fmt: skip
+
+    return hide
+
+
+def test_a_missing_extra_is_one_line_naming_it(without):
+    assert extras.missing_extra_message("labs", "x") == "" and extras.has_extra("labs")
+    without("otter")
+    assert not extras.has_extra("labs")
+    message = extras.missing_extra_message("labs", "grpo-minimal lab check")
+    assert message == (
+        "grpo-minimal lab check needs the [labs] extra (missing: otter): "
+        'pip install "grpo-minimal[labs]" (in a clone: pip install -e ".[labs]")'
+    )
+    with pytest.raises(extras.MissingExtra, match=re.escape(message)):
+        extras.require("labs", "grpo-minimal lab check")
+    with pytest.raises(ValueError, match="'lab' is not one of labs, trl, gpu"):
+        extras.require("lab", "x")
+
+
+@pytest.mark.parametrize(
+    ("argv", "hidden", "extra"),
+    [
+        (["lab", "check", "notebooks/labs/01_advantages.ipynb"], ("otter",), "labs"),
+        (["lab", "grade", "notebooks/labs"], ("otter",), "labs"),
+        (["lab", "build", "--check"], ("otter",), "labs"),
+        (["math", "--backend", "trl", "--max-steps", "1", "--out", "OUT"], ("trl",), "trl"),
+    ],
+)
+def test_each_command_names_its_missing_extra(argv, hidden, extra, without, tmp_path, capsys):
+    without(*hidden)
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"needs the [{extra}] extra" in err[0], err
+
+
+def test_load_gsm8k_names_the_gpu_extra(without):
+    from grpo_minimal.data import load_gsm8k
+
+    without("datasets")
+    with pytest.raises(extras.MissingExtra, match=r"needs the \[gpu\] extra \(missing: datasets"):
+        load_gsm8k("test")

@@ -1,0 +1,79 @@
+"""Notebook 06 as a learner with a CUDA GPU runs it, every cell, on this CPU.
+
+With CUDA the notebook builds other configurations than on a CPU (``MathConfig.for_device``'s
+``GPU_DEFAULTS``, its section-8 experiment on top of them, the TRL comparison switched off); one
+of them once stopped the notebook after the whole real-model run. Here CUDA is faked as in the
+precision tests (``torch.cuda.is_available`` says True, the "GPU" is the CPU), the real model is
+the stand-in (``data/standin_lm``) and GSM8K the offline sample, and the notebook runs top to
+bottom in quick mode: every configuration it builds for CUDA is built and validated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from grpo_minimal.math_config import MathConfig
+from grpo_minimal.shipped import model_path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "06_llm_grpo_math.ipynb"
+# GSM8K-style problems that are not in the sample the run trains on: its held-out rows
+HELD_OUT = [
+    {"prompt": "Mia has 12 pencils and gives away 5. How many pencils does she have left?",
+     "answer": "7"},
+    {"prompt": "A box holds 6 eggs. How many eggs are in 4 boxes?", "answer": "24"},
+    {"prompt": "Sam reads 15 pages a day. How many pages does he read in 3 days?", "answer": "45"},
+    {"prompt": "There are 30 students and 12 are boys. How many are girls?", "answer": "18"},
+]  # fmt: skip
+
+FAKE_CUDA = """\
+import torch
+import grpo_minimal.device
+from grpo_minimal.math_config import MathConfig
+
+torch.cuda.is_available = lambda: True  # what the notebook asks to choose its branch
+grpo_minimal.device.pick_device = lambda name="auto": torch.device("cpu")  # the "GPU" is this CPU
+MathConfig.GPU_DEFAULTS = {{**MathConfig.GPU_DEFAULTS, "model": {model!r},
+                           "dataset": "gsm8k_sample", "eval_split": {held_out!r},
+                           "max_completion_length": {length}}}
+"""
+LENGTH = 24  # the stand-in never stops early: 256 new tokens would only make the test 5x slower
+
+
+@pytest.fixture
+def held_out(tmp_path: Path) -> Path:
+    path = tmp_path / "held_out.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in HELD_OUT))
+    return path
+
+
+def test_notebook_06_runs_every_cell_with_the_cuda_settings(held_out, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_QUICK", "1")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    fake = FAKE_CUDA.format(model=str(model_path("standin")), held_out=str(held_out), length=LENGTH)
+    setup = next(i for i, c in enumerate(notebook.cells) if c.get("id") == "course-setup")
+    notebook.cells.insert(setup + 1, nbformat.v4.new_code_cell(fake))
+    NotebookClient(notebook, timeout=900, resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+    printed = {
+        "".join(c.source): "".join(o.get("text", "") for o in c.outputs if "text" in o)
+        for c in notebook.cells
+        if c.cell_type == "code"
+    }
+    text = "\n".join(printed.values())
+    gpu = MathConfig.GPU_DEFAULTS
+    # the real-model branch, on the stand-in and the sample with its held-out rows
+    assert "Qwen2ForCausalLM" in text and "20 training problems, 4 held-out" in text
+    # the run took the GPU settings, and section 8 trained on top of them
+    for key in ("temperature", "learning_rate", "beta"):
+        assert f"'{key}': {gpu[key]!r}" in text
+    assert f"'max_completion_length': {LENGTH}" in text
+    assert "'num_generations': 16, 'prompts_per_step': 4" in text and "in 3 steps" in text
+    # the TRL comparison is off with CUDA (it would cost as much as the run)
+    (trl_cell,) = [source for source in printed if "make_trl_trainer" in source]
+    assert printed[trl_cell] == ""

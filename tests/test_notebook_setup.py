@@ -1,0 +1,97 @@
+"""Every notebook runs opened alone: its first cells come from one template
+(``grpo_minimal.notebook_setup``), with a Colab link, what it needs, a set-up cell that installs
+the package where it is missing, and a kernelspec. ``tests/wheel_smoke.py`` runs each notebook
+alone in an empty folder with the wheel installed; this file checks the cells themselves."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+
+from grpo_minimal import notebook_setup
+from grpo_minimal.notebook_setup import COURSE, KERNELSPEC, colab_badge, lab_setup_source
+
+ROOT = Path(__file__).resolve().parents[1]
+URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+
+
+def test_the_course_is_every_numbered_notebook():
+    assert sorted(COURSE) == sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_committed_notebooks_start_with_the_template(tmp_path):
+    assert notebook_setup.repository_url() == URL  # the one place: [project.urls]
+    assert notebook_setup.sync(ROOT / "notebooks", check=True) == []
+    for name in COURSE:
+        notebook = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+        assert notebook["metadata"]["kernelspec"] == KERNELSPEC
+        intro, setup = notebook["cells"][:2]
+        assert colab_badge(f"notebooks/{name}.ipynb") in "".join(intro["source"])
+        assert f"git+{URL}" in "".join(setup["source"])
+    # a notebook executed without them gets them, numbered as if the set-up cell ran first
+    path = ROOT / "notebooks" / "01_group_relative_advantage.ipynb"
+    committed = json.loads(path.read_text())
+    bare = json.loads(path.read_text())
+    bare["cells"] = bare["cells"][2:]
+    for cell in bare["cells"]:
+        if cell["cell_type"] == "code" and cell["execution_count"] is not None:
+            cell["execution_count"] -= 1
+            for output in cell["outputs"]:
+                if output.get("execution_count") is not None:
+                    output["execution_count"] -= 1
+    rebuilt = notebook_setup.with_course_cells(bare, "01_group_relative_advantage")
+    assert rebuilt == committed
+
+
+def test_the_readme_table_links_each_notebook_to_colab_with_its_run_time():
+    for readme in ("README.md", "README.ko.md"):
+        rows = [r for r in (ROOT / readme).read_text().splitlines() if r.startswith("| ")]
+        for name, needs in COURSE.items():
+            (row,) = [r for r in rows if f"(notebooks/{name}.ipynb)" in r]
+            assert colab_badge(f"notebooks/{name}.ipynb") in row, (readme, name)
+            if readme == "README.md":
+                assert row.rstrip(" |").endswith(needs.runtime), name
+
+
+def _run_setup(source: str, monkeypatch, installed: set[str]) -> list[str]:
+    """Run a set-up cell where only ``installed`` modules exist; return the %pip lines it ran."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    absent = {"grpo_minimal", "otter"} - installed
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in absent else real(name, *a))  # fmt: skip
+    ran = []
+
+    class Shell:
+        def run_line_magic(self, magic, line):
+            ran.append(f"%{magic} {line}")
+
+    exec(TransformerManager().transform_cell(source), {"get_ipython": Shell})  # noqa: S102
+    return ran
+
+
+@pytest.mark.parametrize("name", sorted(COURSE))
+def test_the_setup_cell_installs_the_package_only_where_it_is_missing(name, monkeypatch):
+    source = "".join(notebook_setup.course_cells(name)[1]["source"])
+    assert _run_setup(source, monkeypatch, {"grpo_minimal"}) == []
+    package = f"grpo-minimal[{COURSE[name].extra}]" if COURSE[name].extra else "grpo-minimal"
+    assert _run_setup(source, monkeypatch, set()) == [
+        f'%pip install --quiet "{package} @ git+{URL}"'
+    ]
+
+
+def test_each_lab_notebook_starts_with_its_setup_cell(monkeypatch):
+    from grpo_minimal.extras import MissingExtra
+
+    for path in sorted((ROOT / "notebooks" / "labs").glob("*.ipynb")):
+        first = "".join(json.loads(path.read_text())["cells"][0]["source"])
+        assert first == lab_setup_source(path.stem)
+    source = lab_setup_source("01_advantages")
+    assert _run_setup(source, monkeypatch, {"grpo_minimal", "otter"}) == []
+    with pytest.raises(MissingExtra, match=r"lab 01_advantages needs the \[labs\] extra"):
+        _run_setup(source, monkeypatch, {"grpo_minimal"})
