@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import shipped
-from .extras import require
+from .extras import MissingExtra
 
 __all__ = [
     "ARITHMETIC_SPLITS",
@@ -174,8 +174,13 @@ def load_gsm8k(split: str = "train") -> list[dict[str, str]]:
     """
     if split not in ("train", "test"):
         raise ValueError(f"GSM8K split must be 'train' or 'test', got {split!r}")
-    require("gpu", "GSM8K from the Hub (or load_gsm8k_sample(), offline)")
-    import datasets
+    try:
+        import datasets
+    except ImportError as err:
+        raise MissingExtra(
+            "GSM8K from the Hub needs the [gpu] extra (missing: datasets): "
+            'pip install "grpo-minimal[gpu]"; load_gsm8k_sample() is the offline sample'
+        ) from err
 
     return [
         gsm8k_row(example) for example in datasets.load_dataset("openai/gsm8k", "main", split=split)

@@ -94,3 +94,10 @@ def peak_memory_mb(device: torch.device) -> float:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def gpu_memory_gb(device: torch.device) -> float | None:
+    """The GPU's total memory in GB (10^9 bytes), None on the CPU."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).total_memory / 1e9

@@ -44,9 +44,15 @@ QWEN2_5 = {
 
 # Bytes per value: weights, gradients, optimizer state per trained parameter, saved activations,
 # and per logit (a bf16 logit is also kept as the float32 copy the log-softmax runs in).
+# "fp32-autocast" is the course's own GPU path (lm_grpo, device.py): float32 weights, gradients
+# and AdamW, forward passes under bf16 / fp16 autocast. The logits come out of the autocast
+# matmul in 2 bytes and get the float32 copy; saved activations are counted at 4 bytes, exact for
+# what gradient checkpointing keeps (each layer's input: the float32 residual stream), an upper
+# bound without it (autocast saves the matmuls' inputs in 2 bytes).
 PRECISIONS = {
     "float32": dict(weight=4, gradient=4, optimizer=8, activation=4, logit=4),
     "bf16-mixed": dict(weight=2, gradient=2, optimizer=12, activation=2, logit=6),
+    "fp32-autocast": dict(weight=4, gradient=4, optimizer=8, activation=4, logit=6),
 }
 
 

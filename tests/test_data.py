@@ -163,5 +163,5 @@ def test_load_gsm8k_uses_datasets_lazily(monkeypatch):
 
 def test_load_gsm8k_without_datasets(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(ImportError, match="pip install datasets"):
+    with pytest.raises(ImportError, match=r"needs the \[gpu\] extra \(missing: datasets\)"):
         load_gsm8k("train")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -83,9 +84,9 @@ def test_each_command_names_its_missing_extra(argv, hidden, extra, without, tmp_
     assert len(err) == 1 and f"needs the [{extra}] extra" in err[0], err
 
 
-def test_load_gsm8k_names_the_gpu_extra(without):
+def test_load_gsm8k_names_the_gpu_extra(monkeypatch):
     from grpo_minimal.data import load_gsm8k
 
-    without("datasets")
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
     with pytest.raises(extras.MissingExtra, match=r"needs the \[gpu\] extra \(missing: datasets"):
         load_gsm8k("test")

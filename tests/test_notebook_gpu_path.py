@@ -38,9 +38,10 @@ from grpo_minimal.math_config import MathConfig
 
 torch.cuda.is_available = lambda: True  # what the notebook asks to choose its branch
 grpo_minimal.device.pick_device = lambda name="auto": torch.device("cpu")  # the "GPU" is this CPU
+grpo_minimal.device.gpu_memory_gb = lambda device: {card_gb}  # the card's memory
 MathConfig.GPU_DEFAULTS = {{**MathConfig.GPU_DEFAULTS, "model": {model!r},
                            "dataset": "gsm8k_sample", "eval_split": {held_out!r},
-                           "max_completion_length": {length}}}
+                           "max_completion_length": {length}, "dtype": {dtype!r}}}
 """
 LENGTH = 24  # the stand-in never stops early: 256 new tokens would only make the test 5x slower
 
@@ -52,10 +53,17 @@ def held_out(tmp_path: Path) -> Path:
     return path
 
 
-def test_notebook_06_runs_every_cell_with_the_cuda_settings(held_out, tmp_path, monkeypatch):
+# a Colab T4 (16 GB, fp16 with loss scaling: section 8 does not fit) and an A100 (bf16)
+CARDS = {"T4": (16.0, "float16"), "A100": (80.0, "bfloat16")}
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_notebook_06_runs_every_cell_with_the_cuda_settings(card, held_out, tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_QUICK", "1")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    fake = FAKE_CUDA.format(model=str(model_path("standin")), held_out=str(held_out), length=LENGTH)
+    card_gb, dtype = CARDS[card]
+    fake = FAKE_CUDA.format(model=str(model_path("standin")), held_out=str(held_out),
+                            length=LENGTH, card_gb=card_gb, dtype=dtype)  # fmt: skip
     setup = next(i for i, c in enumerate(notebook.cells) if c.get("id") == "course-setup")
     notebook.cells.insert(setup + 1, nbformat.v4.new_code_cell(fake))
     NotebookClient(notebook, timeout=900, resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -69,11 +77,14 @@ def test_notebook_06_runs_every_cell_with_the_cuda_settings(held_out, tmp_path, 
     gpu = MathConfig.GPU_DEFAULTS
     # the real-model branch, on the stand-in and the sample with its held-out rows
     assert "Qwen2ForCausalLM" in text and "20 training problems, 4 held-out" in text
-    # the run took the GPU settings, and section 8 trained on top of them
+    # the run took the GPU settings, and section 8 trained on top of them where the card fits it
     for key in ("temperature", "learning_rate", "beta"):
         assert f"'{key}': {gpu[key]!r}" in text
     assert f"'max_completion_length': {LENGTH}" in text
-    assert "'num_generations': 16, 'prompts_per_step': 4" in text and "in 3 steps" in text
+    if card == "T4":
+        assert "skipped: this GPU has 16.0 GB; the experiment needs about 18.8 GB" in text
+    else:
+        assert "'num_generations': 16, 'prompts_per_step': 4" in text and "in 3 steps" in text
     # the TRL comparison is off with CUDA (it would cost as much as the run)
     (trl_cell,) = [source for source in printed if "make_trl_trainer" in source]
     assert printed[trl_cell] == ""

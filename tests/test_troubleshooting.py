@@ -88,3 +88,16 @@ def test_reward_functions_need_kwargs_and_conversational_completions():
         score_completions([strict], [1.0], ["1+1="], ["2"], [{"prompt": "1+1=", "answer": "2"}])
     conversational = [[{"role": "assistant", "content": "<answer>2</answer>"}]]
     assert accuracy_reward(conversational, answer=["2"]) == [1.0]
+
+
+def test_an_fp16_gradient_overflow_skips_the_step_and_lowers_the_scale():
+    """fp16 (a T4's precision) tops out at 65504. When the scaled gradients overflow, the step
+    logs a non-finite ``grad_norm``, leaves the weights as they were, and the loss scale halves;
+    the next step runs at the lower scale. A scale far too high forces it here."""
+    trainer = fresh_trainer(dtype="float16", beta=0.0, learning_rate=1e-3)
+    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**60)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    record, _ = trainer.step(ROWS[:2])
+    assert not torch.isfinite(torch.tensor(record["grad_norm"]))
+    assert all(torch.equal(a, p) for a, p in zip(before, trainer.model.parameters(), strict=True))
+    assert trainer.scaler.get_scale() == 2.0**59
