@@ -78,3 +78,17 @@ def test_bf16_accounting_by_hand():
                       completion_length=512, reward_model=True)  # fmt: skip
     assert [r["role"] for r in ppo["rows"]] == ["policy", "value", "reference", "reward"]
     assert ppo["total_gb"] > 1.8 * plan["total_gb"]  # a second trained model of the same size
+
+
+def test_fp32_autocast_accounting_by_hand():
+    """The course's own GPU path: float32 weights, gradients and AdamW (4 + 4 + 8 bytes per
+    trained parameter), a float32 reference (4), activations at 4 bytes and logits at 2 + 4
+    (the autocast output and its float32 copy). With checkpointing a layer keeps its input:
+    3 layers x 192 + 3 x 192 = 1152 values per token, and 100 logits."""
+    policy, reference = plan_update(OTHER, "grpo", batch_size=2, seq_len=5,
+                                    precision="fp32-autocast", beta=0.04,
+                                    gradient_checkpointing=True)  # fmt: skip
+    n = policy.parameters
+    assert (policy.weights, policy.gradients, policy.optimizer) == (4 * n, 4 * n, 8 * n)
+    assert policy.activations == 2 * 5 * (1152 * 4 + 100 * 6)
+    assert reference.total == 4 * n
