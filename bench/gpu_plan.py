@@ -5,14 +5,15 @@ weights (a step's work and memory depend on the shapes, not on the weights) and 
 tokenizer (``data/standin_lm``; ids it does not know decode to nothing) run
 ``LMGRPOTrainer.step`` with ``MathConfig.for_device("cuda")``'s settings on the GSM8K sample,
 in bf16 autocast (what an A100 or H100 uses) and fp16 with loss scaling (a T4's precision), for
-the main run and for section 8's experiment (G = 16, 4 prompts). Random weights almost never
+the main run and for section 8's experiment (G = 16, 4 prompts); then a T4's two ways out, the
+main run without the reference (``beta=0``) and in float32. Random weights almost never
 sample an end token, so every completion runs to ``max_completion_length``: the step times are
 an upper bound for real completions of that length. The first step warms up; the second is timed.
 
 Each row: the measured peak (``torch.cuda.max_memory_allocated``, which includes generation's KV
 cache and temporaries the planner leaves out) beside ``memory.plan_memory``'s estimate for the
-same shapes ("fp32-autocast": float32 weights and AdamW, forward passes under autocast), and the
-seconds of the timed step. ``--small`` runs a tiny architecture on the CPU to check the script.
+same shapes ("fp32-autocast": float32 weights and AdamW, forward passes under autocast; "float32"
+for the float32 row), and the seconds of the timed step. ``--small`` runs a tiny architecture on the CPU to check the script.
 
     python bench/gpu_plan.py --out bench/results/gpu_plan.json      # on a CUDA GPU
 """
@@ -69,7 +70,8 @@ def measure(architecture: dict, device: str, dtype: str, overrides: dict, length
     plan = plan_memory(architecture, num_generations=cfg.num_generations,
                        prompts_per_micro_batch=cfg.prompts_per_step // accumulation,
                        prompt_length=prompt_tokens, completion_length=length,
-                       precision="fp32-autocast", gradient_checkpointing=cfg.gradient_checkpointing,
+                       precision="float32" if dtype == "float32" else "fp32-autocast",
+                       gradient_checkpointing=cfg.gradient_checkpointing,
                        beta=cfg.beta)  # fmt: skip
     return {
         "dtype": str(trainer.dtype).removeprefix("torch."),
@@ -94,17 +96,24 @@ def main() -> None:
     device = "cpu" if args.small else "cuda"
     architecture = SMALL if args.small else QWEN2_5["0.5B"]
     length = 8 if args.small else MathConfig.GPU_DEFAULTS["max_completion_length"]
-    dtypes = ("float32",) if args.small else ("bfloat16", "float16")
+    runs = [(name, dtype, overrides) for dtype in ("bfloat16", "float16")
+            for name, overrides in (("main run", {}), ("section 8", EXPERIMENT))]  # fmt: skip
+    # a T4's ways out when the main run does not fit or overflows in fp16
+    runs += [("main run, beta 0", "float16", {"beta": 0.0}), ("main run", "float32", {})]
+    if args.small:
+        runs = [(name, "float32", overrides) for name, _, overrides in runs[:2]]
     rows = []
-    for dtype in dtypes:
-        for name, overrides in (("main run", {}), ("section 8", EXPERIMENT)):
-            row = {"run": name, **measure(architecture, device, dtype, overrides, length)}
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-            if device == "cuda":
-                torch.cuda.empty_cache()
+    for name, dtype, overrides in runs:
+        row = {"run": name, **measure(architecture, device, dtype, overrides, length)}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        if device == "cuda":
+            torch.cuda.empty_cache()
     gpu = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "CPU"
-    result = {"machine": gpu, "torch": torch.__version__, "date": datetime.date.today().isoformat(),
+    import transformers
+
+    result = {"machine": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
+              "date": datetime.date.today().isoformat(),
               "architecture": "Qwen2.5-0.5B (random weights)" if not args.small else "small",
               "rows": rows}  # fmt: skip
     if args.out:
