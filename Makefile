@@ -22,7 +22,8 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/grpo-minimal cartpole --out runs/cartpole
 
-## test: unit, property and learning tests, and the lab notebooks; then the float comparisons
+## test: unit, property and learning tests, the lab notebooks and notebook 06 with TRL installed
+## (its comparison runs; the wheel run below has no TRL and skips it); then the float comparisons
 ## (marker numerics) again on one thread: another reduction order, as on another CPU; then the
 ## roads without a checkout (tests/wheel_smoke.py): the wheel built from here, installed with
 ## torch alone into a fresh venv, every command once from an empty folder, and every course
@@ -31,9 +32,9 @@ demo: setup
 ## share one kernel); tests/conftest.py splits the threads between them.
 TEST_WORKERS ?= 2
 test: setup
-	GRPO_QUICK=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests notebooks/labs
+	GRPO_QUICK=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests notebooks/labs notebooks/06_llm_grpo_math.ipynb
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -m numerics tests
-	$(PY) tests/wheel_smoke.py
+	TORCH_INDEX=$(TORCH_INDEX) $(PY) tests/wheel_smoke.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

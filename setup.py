@@ -25,11 +25,11 @@ class BuildPyWithCourse(build_py):
         for name, source in COURSE_FILES.items():
             if not source.is_dir():
                 raise SystemExit(f"setup.py: {source} is missing; build from a checkout or sdist")
+            shutil.rmtree(target / name, ignore_errors=True)  # nothing left from an older build
             shutil.copytree(
                 source,
                 target / name,
                 ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-                dirs_exist_ok=True,
             )
 
 

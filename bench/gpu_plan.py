@@ -7,13 +7,14 @@ tokenizer (``data/standin_lm``; ids it does not know decode to nothing) run
 in bf16 autocast (what an A100 or H100 uses) and fp16 with loss scaling (a T4's precision), for
 the main run and for section 8's experiment (G = 16, 4 prompts); then a T4's two ways out, the
 main run without the reference (``beta=0``) and in float32. Random weights almost never
-sample an end token, so every completion runs to ``max_completion_length``: the step times are
-an upper bound for real completions of that length. The first step warms up; the second is timed.
+sample an end token (254 of 256 tokens on average, ``completion_length`` in each row): the
+figures are upper bounds for real completions of that length. The first step warms up; the second is timed.
 
 Each row: the measured peak (``torch.cuda.max_memory_allocated``, which includes generation's KV
 cache and temporaries the planner leaves out) beside ``memory.plan_memory``'s estimate for the
 same shapes ("fp32-autocast": float32 weights and AdamW, forward passes under autocast; "float32"
-for the float32 row), and the seconds of the timed step. ``--small`` runs a tiny architecture on the CPU to check the script.
+for the float32 row), and the seconds of the timed step. ``--small`` runs a tiny architecture
+on the CPU to check the script.
 
     python bench/gpu_plan.py --out bench/results/gpu_plan.json      # on a CUDA GPU
 """

@@ -10,9 +10,18 @@ one line that names the extra to install, instead of an ImportError deep in a tr
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import shlex
 
-__all__ = ["EXTRAS", "MissingExtra", "has_extra", "missing_extra_message", "require"]
+__all__ = [
+    "EXTRAS",
+    "MissingExtra",
+    "has_extra",
+    "missing_extra_message",
+    "pip_requirements",
+    "require",
+]
 
 EXTRAS = {
     "labs": ("otter",),
@@ -61,3 +70,19 @@ def require(extra: str, what: str) -> None:
     message = missing_extra_message(extra, what)
     if message:
         raise MissingExtra(message)
+
+
+def pip_requirements(extra: str) -> str:
+    """The requirements ``extra`` adds, as the installed package declares them, quoted for a
+    shell: what a lab notebook's set-up cell gives ``%pip install`` when the extra is missing."""
+    from packaging.requirements import Requirement
+
+    if extra not in EXTRAS:
+        raise ValueError(f"extra: {extra!r} is not one of {', '.join(EXTRAS)}")
+    wanted = []
+    for line in importlib.metadata.requires("grpo-minimal") or []:
+        requirement = Requirement(line)
+        if requirement.marker is not None and requirement.marker.evaluate({"extra": extra}):
+            requirement.marker = None
+            wanted.append(shlex.quote(str(requirement)))
+    return " ".join(wanted)

@@ -34,8 +34,6 @@ SETUP_TAG = "course-setup"
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
-_FALLBACK_URL = "https://github.com/grpo-minimal/grpo_minimal"  # only if no metadata is found
-
 
 @dataclass(frozen=True)
 class Needs:
@@ -71,15 +69,11 @@ COURSE = {
 
 def repository_url() -> str:
     """The repository's address: ``[project.urls] Repository`` of the installed package."""
-    try:
-        urls = importlib.metadata.metadata("grpo-minimal").get_all("Project-URL") or []
-    except importlib.metadata.PackageNotFoundError:
-        urls = []
-    for entry in urls:
+    for entry in importlib.metadata.metadata("grpo-minimal").get_all("Project-URL") or []:
         label, _, url = entry.partition(",")
         if label.strip() == "Repository":
             return url.strip()
-    return _FALLBACK_URL
+    raise LookupError("grpo-minimal's metadata has no Repository URL ([project.urls])")
 
 
 def colab_url(path: str) -> str:
@@ -103,13 +97,13 @@ def _setup_source(extra: str | None) -> str:
     return "\n".join(
         [
             "# Set-up: installs the course package where it is missing (Colab, a notebook opened",
-            "# alone). Quick mode (GRPO_QUICK) shrinks every budget to what the tests run.",
+            "# alone). Quick mode shrinks every budget to what the tests run, the same code paths.",
             "import importlib.util",
             "import os",
             "",
-            "QUICK_MODE = False  # True: small budgets, the same code paths (the tests' setting)",
-            "if QUICK_MODE:",
-            '    os.environ["GRPO_QUICK"] = "1"',
+            "QUICK_MODE = None  # True: quick, False: the full lesson, None: as GRPO_QUICK says",
+            "if QUICK_MODE is not None:",
+            '    os.environ["GRPO_QUICK"] = "1" if QUICK_MODE else "0"',
             'if importlib.util.find_spec("grpo_minimal") is None:',
             _install_line(extra),
         ]
@@ -117,18 +111,26 @@ def _setup_source(extra: str | None) -> str:
 
 
 def lab_setup_source(name: str) -> str:
-    """The set-up cell of lab notebook ``name``: the package and its ``labs`` extra (otter)."""
+    """The set-up cell of lab notebook ``name``: the package and its ``labs`` extra (otter),
+    each installed where it is missing; a package without the extra says so in one line."""
     return "\n".join(
         [
-            "# Set-up: installs the course package with its labs extra where it is missing (Colab,",
-            "# a notebook opened alone); a package without the extra gets one line naming it.",
+            "# Set-up: installs the course package with its labs extra (otter-grader) where they",
+            "# are missing (a fresh environment, a notebook opened alone).",
+            "import importlib",
             "import importlib.util",
+            "import sys",
             "",
             'if importlib.util.find_spec("grpo_minimal") is None:',
             _install_line("labs"),
-            "from grpo_minimal.extras import require",
+            "from grpo_minimal.extras import missing_extra_message, pip_requirements",
             "",
-            f'require("labs", "lab {name}")',
+            f'if missing := missing_extra_message("labs", "lab {name}"):',
+            '    print(missing, "... installing it")',
+            '    %pip install --quiet {pip_requirements("labs")}',
+            "    importlib.invalidate_caches()",
+            'if "google.colab" in sys.modules:  # otter-grader 7 refuses checks kept in a notebook there',
+            '    print("otter\'s checks do not run on Colab: open this lab in Jupyter on your machine")',
         ]
     )
 

@@ -78,8 +78,12 @@ def test_notebook_06_runs_every_cell_with_the_cuda_settings(card, held_out, tmp_
     # the real-model branch, on the stand-in and the sample with its held-out rows
     assert "Qwen2ForCausalLM" in text and "20 training problems, 4 held-out" in text
     # the run took the GPU settings, and section 8 trained on top of them where the card fits it
-    for key in ("temperature", "learning_rate", "beta"):
+    for key in ("temperature", "learning_rate"):
         assert f"'{key}': {gpu[key]!r}" in text
+    # a card under 20 GB (a T4) runs without the reference model (section 9's plan)
+    beta = 0.0 if card == "T4" else gpu["beta"]
+    assert f"'beta': {beta!r}" in text
+    assert ("under 20 GB of GPU memory: beta=0" in text) == (card == "T4")
     assert f"'max_completion_length': {LENGTH}" in text
     if card == "T4":
         assert "skipped: this GPU has 16.0 GB; the experiment needs about 18.8 GB" in text

@@ -6,6 +6,7 @@ alone in an empty folder with the wheel installed; this file checks the cells th
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def test_the_readme_table_links_each_notebook_to_colab_with_its_run_time():
                 assert row.rstrip(" |").endswith(needs.runtime), name
 
 
-def _run_setup(source: str, monkeypatch, installed: set[str]) -> list[str]:
+def _run_setup(source: str, monkeypatch, installed: set[str], quick=None) -> list[str]:
     """Run a set-up cell where only ``installed`` modules exist; return the %pip lines it ran."""
     import importlib.util
 
@@ -71,6 +72,8 @@ def _run_setup(source: str, monkeypatch, installed: set[str]) -> list[str]:
         def run_line_magic(self, magic, line):
             ran.append(f"%{magic} {line}")
 
+    if quick is not None:
+        source = source.replace("QUICK_MODE = None", f"QUICK_MODE = {quick}")
     exec(TransformerManager().transform_cell(source), {"get_ipython": Shell})  # noqa: S102
     return ran
 
@@ -80,18 +83,42 @@ def test_the_setup_cell_installs_the_package_only_where_it_is_missing(name, monk
     source = "".join(notebook_setup.course_cells(name)[1]["source"])
     assert _run_setup(source, monkeypatch, {"grpo_minimal"}) == []
     package = f"grpo-minimal[{COURSE[name].extra}]" if COURSE[name].extra else "grpo-minimal"
-    assert _run_setup(source, monkeypatch, set()) == [
-        f'%pip install --quiet "{package} @ git+{URL}"'
-    ]
+    assert _run_setup(source, monkeypatch, set()) == [f'%pip install --quiet "{package} @ git+{URL}"']
 
 
-def test_each_lab_notebook_starts_with_its_setup_cell(monkeypatch):
-    from grpo_minimal.extras import MissingExtra
+@pytest.mark.parametrize(("quick", "before", "after"),
+                         [(None, "1", "1"), (None, None, None), (True, None, "1"), (False, "1", "0")])  # fmt: skip
+def test_quick_mode_is_switched_both_ways_and_left_alone_by_default(quick, before, after, monkeypatch):
+    import os
 
+    if before is None:
+        monkeypatch.delenv("GRPO_QUICK", raising=False)
+    else:
+        monkeypatch.setenv("GRPO_QUICK", before)
+    source = "".join(notebook_setup.course_cells("01_group_relative_advantage")[1]["source"])
+    _run_setup(source, monkeypatch, {"grpo_minimal"}, quick=quick)
+    assert os.environ.get("GRPO_QUICK") == after
+
+
+def test_each_lab_notebook_starts_with_its_setup_cell(monkeypatch, capsys):
     for path in sorted((ROOT / "notebooks" / "labs").glob("*.ipynb")):
         first = "".join(json.loads(path.read_text())["cells"][0]["source"])
         assert first == lab_setup_source(path.stem)
     source = lab_setup_source("01_advantages")
     assert _run_setup(source, monkeypatch, {"grpo_minimal", "otter"}) == []
-    with pytest.raises(MissingExtra, match=r"lab 01_advantages needs the \[labs\] extra"):
-        _run_setup(source, monkeypatch, {"grpo_minimal"})
+    assert capsys.readouterr().out == ""
+    # the package without its labs extra: one line naming it, then the extra's requirements
+    assert _run_setup(source, monkeypatch, {"grpo_minimal"}) == [
+        '%pip install --quiet {pip_requirements("labs")}'
+    ]
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and "lab 01_advantages needs the [labs] extra" in printed[0]
+
+
+def test_the_labs_requirements_come_from_the_installed_metadata():
+    from grpo_minimal.extras import pip_requirements
+
+    labs = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert pip_requirements("labs") == " ".join(shlex.quote(r) for r in labs["labs"])
+    with pytest.raises(ValueError, match="'lab' is not one of"):
+        pip_requirements("lab")

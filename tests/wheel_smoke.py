@@ -1,7 +1,7 @@
 """The roads a learner takes without a checkout, run for real (``make test``'s last stage).
 
-Builds the wheel from this checkout, installs it with torch alone into a fresh venv, and from an
-empty folder, with the Hugging Face Hub offline:
+Builds the sdist from this checkout and the wheel from the sdist, installs the wheel with torch
+alone into a fresh venv, and from an empty folder, with the Hugging Face Hub offline:
 
 1. runs every command once (``cartpole``, ``evaluate cartpole``, ``math``, ``evaluate math``,
    ``math --dataset reasoning --model tiny-reasoning``) and checks that ``math`` gives the same
@@ -96,15 +96,16 @@ def smoke(work: Path, skip_notebooks: bool) -> None:
                     MKL_NUM_THREADS="1")  # fmt: skip
     pip_quiet = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
 
+    # the sdist first, then the wheel from it: what MANIFEST.in leaves out, the wheel lacks
     dist = work / "dist"
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)],
-        ROOT, base_env)  # fmt: skip
+    run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], ROOT, base_env)
     (wheel,) = dist.glob("grpo_minimal-*.whl")
     venv = work / "venv"
     run([sys.executable, "-m", "venv", str(venv)], work, base_env)
     python = str(venv / "bin" / "python")
     env = dict(base_env, PATH=f"{venv / 'bin'}{os.pathsep}{base_env['PATH']}")
-    run([python, *pip_quiet, TORCH], work, env)
+    index = ["--index-url", os.environ["TORCH_INDEX"]] if os.environ.get("TORCH_INDEX") else []
+    run([python, *pip_quiet, TORCH, *index], work, env)  # make test TORCH_INDEX=... on a plain PyPI
     run([python, *pip_quiet, str(wheel), *TEST_TOOLS, "-c", str(CONSTRAINTS)], work, env)
 
     empty = work / "empty"
