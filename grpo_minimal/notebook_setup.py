@@ -220,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", nargs="?", default="notebooks", help="the course notebooks")
     parser.add_argument("--check", action="store_true", help="only list notebooks that differ")
     args = parser.parse_args(argv)
+    missing = [name for name in COURSE if not (Path(args.folder) / f"{name}.ipynb").is_file()]
+    if missing:
+        parser.exit(2, f"notebook_setup: error: folder {args.folder} lacks {missing[0]}.ipynb\n")
     differ = sync(Path(args.folder), args.check)
     for name in differ:
         print(f"{name}.ipynb: set-up cells {'differ' if args.check else 'rewritten'}")

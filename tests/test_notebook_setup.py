@@ -122,3 +122,11 @@ def test_the_labs_requirements_come_from_the_installed_metadata():
     assert pip_requirements("labs") == " ".join(shlex.quote(r) for r in labs["labs"])
     with pytest.raises(ValueError, match="'lab' is not one of"):
         pip_requirements("lab")
+
+
+def test_a_wrong_folder_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        notebook_setup.main([str(tmp_path)])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lacks 01_group_relative_advantage.ipynb" in err[0]
