@@ -22,19 +22,19 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/grpo-minimal cartpole --out runs/cartpole
 
-## test: unit, property and learning tests, the lab notebooks and notebook 06 with TRL installed
-## (its comparison runs; the wheel run below has no TRL and skips it); then the float comparisons
-## (marker numerics) again on one thread: another reduction order, as on another CPU; then the
-## roads without a checkout (tests/wheel_smoke.py): the wheel built from here, installed with
-## torch alone into a fresh venv, every command once from an empty folder, and every course
-## notebook copied alone into an empty folder and run under nbval in quick mode.
+## test: unit, property and learning tests, the lab notebooks, notebook 06 with TRL installed (its
+## comparison runs), and the roads without a checkout (tests/test_wheel.py runs
+## tests/wheel_smoke.py: the sdist and the wheel built from here, the wheel installed with torch
+## alone into a fresh venv, every command once from an empty folder, every course notebook copied
+## alone into an empty folder and run under nbval in quick mode, a solved lab with [labs]);
+## then the float comparisons (marker numerics) again on one thread, as on another CPU.
 ## The first pass runs on TEST_WORKERS pytest-xdist workers, whole files each (a notebook's cells
-## share one kernel); tests/conftest.py splits the threads between them.
+## share one kernel); tests/conftest.py splits the threads between them and starts the slowest
+## files first.
 TEST_WORKERS ?= 2
 test: setup
-	GRPO_QUICK=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests notebooks/labs notebooks/06_llm_grpo_math.ipynb
+	GRPO_QUICK=1 GRPO_WHEEL_SMOKE=1 TORCH_INDEX=$(TORCH_INDEX) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests notebooks/labs notebooks/06_llm_grpo_math.ipynb
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -m numerics tests
-	TORCH_INDEX=$(TORCH_INDEX) $(PY) tests/wheel_smoke.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

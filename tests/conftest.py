@@ -24,6 +24,7 @@ WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 WORKER_THREADS = max(1, DEFAULT_THREADS // WORKERS)
 # slowest first (a file's seconds on one of two workers); the rest keep their order after these
 SLOW_FIRST = (
+    "tests/test_wheel.py",  # ~400: builds and installs the wheel, runs every notebook alone
     "tests/test_labs_build.py",  # ~250: grades 20 lab notebooks, the capstone trains 300 steps
     "tests/test_hacking.py",  # ~170
     "notebooks/02_cartpole_grpo.ipynb",  # ~130

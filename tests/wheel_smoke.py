@@ -12,8 +12,9 @@ alone into a fresh venv, and from an empty folder, with the Hugging Face Hub off
    test tools pytest, nbval and pytest-xdist are the only other installs);
 4. installs the ``labs`` extra and checks a solved lab with ``grpo-minimal lab check``.
 
-Usage: ``python tests/wheel_smoke.py [--keep DIR] [--skip-notebooks]``. Exit status 0 when all
-pass; each failure is printed with the command and its output.
+Usage: ``python tests/wheel_smoke.py [--keep DIR] [--skip-notebooks] [--workers N]``. Exit
+status 0 when all pass; each failure is printed with the command and its output. ``make test``
+runs it as one test of the suite (``tests/test_wheel.py``), beside the others on one worker.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRAINTS = ROOT / "constraints.txt"
 TORCH = "torch==2.13.0"
-TEST_TOOLS = ("pytest", "nbval", "pytest-xdist")
+TEST_TOOLS = ("pytest", "nbval", "pytest-xdist")  # to run the notebooks, nothing they import
 # lab 01 filled with the package's own functions: a solved lab
 SOLVED_LAB_01 = [
     "from grpo_minimal.advantages import group_advantages",
@@ -79,19 +80,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", help="work in this folder and keep it (default: a temp folder)")
     parser.add_argument("--skip-notebooks", action="store_true")
+    parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (notebooks)")
     args = parser.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="grpo-wheel-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     try:
-        smoke(work, args.skip_notebooks)
+        smoke(work, args.skip_notebooks, args.workers)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     print("wheel smoke: passed")
 
 
-def smoke(work: Path, skip_notebooks: bool) -> None:
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
+    # nothing of the caller's venv or pytest run (make test runs this from an xdist worker)
+    skip = ("VIRTUAL_ENV", "PYTHON", "PYTEST_")
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
     base_env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
                     MKL_NUM_THREADS="1")  # fmt: skip
     pip_quiet = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
@@ -142,8 +146,9 @@ def smoke(work: Path, skip_notebooks: bool) -> None:
             folder = alone / notebook.stem
             folder.mkdir(parents=True)
             shutil.copy(notebook, folder)
-        run([python, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", "-n", "2",
-             "--dist", "loadfile", str(alone)], alone, dict(env, GRPO_QUICK="1"))  # fmt: skip
+        parallel = ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
+        run([python, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", *parallel,
+             str(alone)], alone, dict(env, GRPO_QUICK="1"))  # fmt: skip
 
     # 4. with the labs extra, a solved lab passes its checks
     run([python, *pip_quiet, f"{wheel}[labs]", "-c", str(CONSTRAINTS)], work, env)
