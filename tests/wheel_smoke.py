@@ -10,7 +10,9 @@ alone into a fresh venv, and from an empty folder, with the Hugging Face Hub off
    ``math --backend trl`` without ``[trl]``), exit status 2;
 3. runs each course notebook copied alone into an empty folder, in quick mode, under nbval (the
    test tools pytest, nbval and pytest-xdist are the only other installs);
-4. installs the ``labs`` extra and checks a solved lab with ``grpo-minimal lab check``.
+4. installs the ``labs`` extra, checks a solved lab with ``grpo-minimal lab check``, and in a
+   folder holding only the lab sources, builds the lab (``lab build``) and grades the solved
+   notebook with it (``lab grade``): full marks.
 
 Usage: ``python tests/wheel_smoke.py [--keep DIR] [--skip-notebooks] [--workers N]``. Exit
 status 0 when all pass; each failure is printed with the command and its output. ``make test``
@@ -20,6 +22,7 @@ runs it as one test of the suite (``tests/test_wheel.py``), beside the others on
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shutil
@@ -98,7 +101,9 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
     base_env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
                     MKL_NUM_THREADS="1")  # fmt: skip
-    pip_quiet = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # --no-compile: no byte-compiling of every installed module (a minute of CPU); Python compiles
+    # what it imports
+    pip_quiet = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
 
     # the sdist first, then the wheel from it: what MANIFEST.in leaves out, the wheel lacks
     dist = work / "dist"
@@ -150,11 +155,22 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
         run([python, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", *parallel,
              str(alone)], alone, dict(env, GRPO_QUICK="1"))  # fmt: skip
 
-    # 4. with the labs extra, a solved lab passes its checks
+    # 4. with the labs extra, a solved lab passes its checks, and an instructor's folder (the
+    # lab sources copied beside nothing else) builds the lab and grades it full marks
     run([python, *pip_quiet, f"{wheel}[labs]", "-c", str(CONSTRAINTS)], work, env)
     checked = run([*cli, "lab", "check", str(lab01)], empty, env)
     if summary(checked)["failed"]:
         sys.exit(f"wheel smoke: the solved lab failed its checks:\n{checked.stdout}")
+    course = work / "instructor-folder"
+    shutil.copytree(ROOT / "instructor" / "labs", course / "instructor" / "labs")
+    run([*cli, "lab", "build", "--only", "01_advantages", "--seed", "7"], course, env)
+    submissions = course / "submitted"
+    submissions.mkdir()
+    shutil.copy(lab01, submissions)
+    run([*cli, "lab", "grade", str(submissions), "--out", "grades.csv"], course, env)
+    (row,) = csv.DictReader((course / "grades.csv").open())
+    if float(row["total"]) != float(row["possible"]) or float(row["possible"]) == 0:
+        sys.exit(f"wheel smoke: the solved lab graded {row['total']} / {row['possible']}")
 
 
 if __name__ == "__main__":
