@@ -178,8 +178,8 @@ def load_gsm8k(split: str = "train") -> list[dict[str, str]]:
         import datasets
     except ImportError as err:
         raise MissingExtra(
-            "GSM8K from the Hub needs the [gpu] extra (missing: datasets): "
-            'pip install "grpo-minimal[gpu]"; load_gsm8k_sample() is the offline sample'
+            "GSM8K from the Hub needs the [gpu] extra (missing: datasets): pip install datasets;"
+            " load_gsm8k_sample() is the offline sample"
         ) from err
 
     return [

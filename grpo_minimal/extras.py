@@ -54,15 +54,14 @@ def has_extra(extra: str) -> bool:
 
 
 def missing_extra_message(extra: str, what: str) -> str:
-    """``what needs the [extra] extra (missing: ...): pip install "grpo-minimal[extra]"``, or ""
-    when nothing is missing."""
+    """``what needs the [extra] extra (missing: ...): pip install ...``, or "" when nothing is
+    missing. The command installs the extra's own requirements, read from the installed
+    package, so it works however the package was installed (a wheel, the repository, a clone)."""
     missing = _missing(extra)
     if not missing:
         return ""
-    return (
-        f"{what} needs the [{extra}] extra (missing: {', '.join(missing)}): "
-        f'pip install "grpo-minimal[{extra}]" (in a clone: pip install -e ".[{extra}]")'
-    )
+    command = pip_requirements(extra) or f'"grpo-minimal[{extra}]"'
+    return f"{what} needs the [{extra}] extra (missing: {', '.join(missing)}): pip install {command}"
 
 
 def require(extra: str, what: str) -> None:
@@ -79,8 +78,12 @@ def pip_requirements(extra: str) -> str:
 
     if extra not in EXTRAS:
         raise ValueError(f"extra: {extra!r} is not one of {', '.join(EXTRAS)}")
+    try:
+        declared = importlib.metadata.requires("grpo-minimal") or []
+    except importlib.metadata.PackageNotFoundError:  # the package folder alone, not installed
+        declared = []
     wanted = []
-    for line in importlib.metadata.requires("grpo-minimal") or []:
+    for line in declared:
         requirement = Requirement(line)
         if requirement.marker is not None and requirement.marker.evaluate({"extra": extra}):
             requirement.marker = None
