@@ -17,7 +17,6 @@ import shlex
 __all__ = [
     "EXTRAS",
     "MissingExtra",
-    "has_extra",
     "missing_extra_message",
     "pip_requirements",
     "require",
@@ -35,10 +34,14 @@ class MissingExtra(ImportError):
     """An optional part of the course is not installed; the message names its extra."""
 
 
-def _missing(extra: str) -> list[str]:
+def _known(extra: str) -> str:
     if extra not in EXTRAS:
         raise ValueError(f"extra: {extra!r} is not one of {', '.join(EXTRAS)}")
-    return [module for module in EXTRAS[extra] if not _importable(module)]
+    return extra
+
+
+def _missing(extra: str) -> list[str]:
+    return [module for module in EXTRAS[_known(extra)] if not _importable(module)]
 
 
 def _importable(module: str) -> bool:
@@ -46,11 +49,6 @@ def _importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ValueError:  # in sys.modules without a spec (a stand-in set by a test): present
         return True
-
-
-def has_extra(extra: str) -> bool:
-    """Whether everything ``extra`` brings is importable."""
-    return not _missing(extra)
 
 
 def missing_extra_message(extra: str, what: str) -> str:
@@ -61,7 +59,9 @@ def missing_extra_message(extra: str, what: str) -> str:
     if not missing:
         return ""
     command = pip_requirements(extra) or f'"grpo-minimal[{extra}]"'
-    return f"{what} needs the [{extra}] extra (missing: {', '.join(missing)}): pip install {command}"
+    return (
+        f"{what} needs the [{extra}] extra (missing: {', '.join(missing)}): pip install {command}"
+    )
 
 
 def require(extra: str, what: str) -> None:
@@ -76,8 +76,7 @@ def pip_requirements(extra: str) -> str:
     shell: what a lab notebook's set-up cell gives ``%pip install`` when the extra is missing."""
     from packaging.requirements import Requirement
 
-    if extra not in EXTRAS:
-        raise ValueError(f"extra: {extra!r} is not one of {', '.join(EXTRAS)}")
+    _known(extra)
     try:
         declared = importlib.metadata.requires("grpo-minimal") or []
     except importlib.metadata.PackageNotFoundError:  # the package folder alone, not installed

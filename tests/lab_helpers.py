@@ -7,7 +7,9 @@ caught by ``lab check`` (the public cases), never first at grading.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +56,24 @@ def assert_same_verdict(check: Callable, fn: Callable) -> None:
             raise AssertionError(
                 f"passes the public cases but loses points at grading (seed {seed}):{failed}"
             ) from None
+
+
+def filled_lab(student: Path, answers: dict[int, str], dest: Path) -> Path:
+    """The student notebook with its answer cells (in order) replaced by ``answers``."""
+    notebook = json.loads(student.read_text())
+    cells = [c for c in notebook["cells"] if "otter_answer_cell" in c["metadata"].get("tags", [])]
+    for index, source in answers.items():
+        cells[index]["source"] = source
+    dest.write_text(json.dumps(notebook))
+    return dest
+
+
+PACKAGE_ANSWERS_01 = {
+    0: "from grpo_minimal.advantages import group_advantages",
+    1: "from grpo_minimal.advantages import rloo_advantages",
+    2: "from grpo_minimal.advantages import population_std_advantages\n"
+    "seed_group = torch.tensor(checks.SEED_GROUP)\n"
+    "advantage_population = population_std_advantages(seed_group, 4)[0].item()\n"
+    "advantage_sample = group_advantages(seed_group, 4)[0].item()",
+}
+"""Lab 01 filled with the package's own functions: a solved lab."""

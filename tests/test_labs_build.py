@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from lab_helpers import PACKAGE_ANSWERS_01, filled_lab
 
 import grpo_minimal
 from grpo_minimal import cli
@@ -153,29 +154,9 @@ def test_a_rebuild_never_overwrites_a_learners_notebook(built, tmp_path):
     assert json.loads(filled.read_text())["cells"][3]["source"] == "# my work"
 
 
-def _filled(student: Path, answers: dict[int, str], dest: Path) -> Path:
-    """The student notebook with its answer cells (in order) replaced by ``answers``."""
-    notebook = json.loads(student.read_text())
-    cells = [c for c in notebook["cells"] if "otter_answer_cell" in c["metadata"].get("tags", [])]
-    for index, source in answers.items():
-        cells[index]["source"] = source
-    dest.write_text(json.dumps(notebook))
-    return dest
-
-
-PACKAGE_ANSWERS_01 = {
-    0: "from grpo_minimal.advantages import group_advantages",
-    1: "from grpo_minimal.advantages import rloo_advantages",
-    2: "from grpo_minimal.advantages import population_std_advantages\n"
-    "seed_group = torch.tensor(checks.SEED_GROUP)\n"
-    "advantage_population = population_std_advantages(seed_group, 4)[0].item()\n"
-    "advantage_sample = group_advantages(seed_group, 4)[0].item()",
-}
-
-
 def test_lab_check_passes_package_functions_and_shows_the_learners_errors(tmp_path, capfd):
     student = ROOT / STUDENT_DIR / "01_advantages.ipynb"
-    good = _filled(student, PACKAGE_ANSWERS_01, tmp_path / "01_advantages.ipynb")
+    good = filled_lab(student, PACKAGE_ANSWERS_01, tmp_path / "01_advantages.ipynb")
     assert cli.main(["lab", "check", str(good)]) == 0
     out, err = capfd.readouterr()
     assert "FAIL" not in out and "ERROR" not in out
@@ -190,7 +171,7 @@ def test_lab_check_passes_package_functions_and_shows_the_learners_errors(tmp_pa
         "    return _g(rewards, num_generations, 'none')",
         2: "advantage_population = (1.0\n",  # unclosed parenthesis
     }
-    bad = _filled(student, wrong, tmp_path / "01_advantages.ipynb")
+    bad = filled_lab(student, wrong, tmp_path / "01_advantages.ipynb")
     assert cli.main(["lab", "check", str(bad)]) == 1
     out, err = capfd.readouterr()
     assert "FAIL  group_advantages" in out and "FAIL  rloo_advantages" in out
@@ -208,19 +189,19 @@ def _grade_folder_of_bad_submissions(tmp_path, grader):
     student = ROOT / STUDENT_DIR / "01_advantages.ipynb"
     folder = tmp_path / "class"
     folder.mkdir()
-    _filled(student, {0: "while True:\n    pass"}, folder / "b-loops.ipynb")
-    _filled(student, {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
+    filled_lab(student, {0: "while True:\n    pass"}, folder / "b-loops.ipynb")
+    filled_lab(student, {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
             folder / "c-syntax.ipynb")  # fmt: skip
     shutil.copy(ROOT / "notebooks/01_group_relative_advantage.ipynb", folder / "d-not-a-lab.ipynb")
     deletes = dict(PACKAGE_ANSWERS_01)  # right answers, after emptying the folder it runs in
     deletes[0] = ("import os, shutil\nfor name in os.listdir('.'):\n"
                   "    shutil.rmtree(name, ignore_errors=True)\n"
                   "    if os.path.exists(name): os.remove(name)\n" + deletes[0])  # fmt: skip
-    _filled(student, deletes, folder / "e-deletes.ipynb")
+    filled_lab(student, deletes, folder / "e-deletes.ipynb")
     cut = json.loads(student.read_text())  # a lab's metadata, its cells lost
     del cut["cells"]
     (folder / "e2-no-cells.ipynb").write_text(json.dumps(cut))
-    _filled(student, PACKAGE_ANSWERS_01, folder / "f-good-after.ipynb")  # graded after them all
+    filled_lab(student, PACKAGE_ANSWERS_01, folder / "f-good-after.ipynb")  # graded after them all
     grades = tmp_path / "grades.csv"
     # the endless loop holds a job (and a core) until this limit; the others take a few seconds
     code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),

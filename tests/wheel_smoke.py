@@ -31,19 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from lab_helpers import PACKAGE_ANSWERS_01, filled_lab  # tests/ is this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRAINTS = ROOT / "constraints.txt"
 TORCH = "torch==2.13.0"
 TEST_TOOLS = ("pytest", "nbval", "pytest-xdist")  # to run the notebooks, nothing they import
-# lab 01 filled with the package's own functions: a solved lab
-SOLVED_LAB_01 = [
-    "from grpo_minimal.advantages import group_advantages",
-    "from grpo_minimal.advantages import rloo_advantages",
-    "from grpo_minimal.advantages import population_std_advantages\n"
-    "seed_group = torch.tensor(checks.SEED_GROUP)\n"
-    "advantage_population = population_std_advantages(seed_group, 4)[0].item()\n"
-    "advantage_sample = group_advantages(seed_group, 4)[0].item()",
-]
 
 
 def run(cmd: list[str], cwd: Path, env: dict, expect: int = 0) -> subprocess.CompletedProcess:
@@ -68,15 +61,6 @@ def one_line_naming(done: subprocess.CompletedProcess, extra: str) -> None:
             f"wheel smoke: a missing [{extra}] should be one line naming it, got:\n{done.stderr}"
         )
     print("  ", lines[0])
-
-
-def solved_lab(student: Path, dest: Path) -> Path:
-    notebook = json.loads(student.read_text())
-    answers = [c for c in notebook["cells"] if "otter_answer_cell" in c["metadata"].get("tags", [])]
-    for cell, source in zip(answers, SOLVED_LAB_01, strict=True):
-        cell["source"] = source
-    dest.write_text(json.dumps(notebook))
-    return dest
 
 
 def main() -> None:
@@ -123,7 +107,7 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
     # 1. every command once, from an empty folder
     run([*cli, "cartpole", "--total-env-steps", "3000", "--out", "cp", "--no-progress"], empty, env)
     summary(run([*cli, "evaluate", "cartpole", "--policy", "cp/policy.pt", "--episodes", "5"],
-                empty, env))  # fmt: skip  (a JSON line)
+                empty, env))  # fmt: skip
     math = ["math", "--max-steps", "3", "--no-progress"]
     wheel_run = summary(run([*cli, *math, "--out", "m"], empty, env))
     checkout_run = summary(run([sys.executable, "-m", "grpo_minimal", *math, "--out",
@@ -144,7 +128,8 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
     run([*cli, "evaluate", "math", "--model", "r", "--n", "20"], empty, env)
 
     # 2. a missing extra is one line naming it
-    lab01 = solved_lab(ROOT / "notebooks" / "labs" / "01_advantages.ipynb", empty / "lab01.ipynb")
+    student = ROOT / "notebooks" / "labs" / "01_advantages.ipynb"
+    lab01 = filled_lab(student, PACKAGE_ANSWERS_01, empty / "lab01.ipynb")
     one_line_naming(run([*cli, "lab", "check", str(lab01)], empty, env, expect=2), "labs")
     trl = [*cli, "math", "--backend", "trl", "--max-steps", "1", "--out", "t"]
     one_line_naming(run(trl, empty, env, expect=2), "trl")
