@@ -61,7 +61,7 @@ labs: setup
 
 ## notebooks: rewrite the course notebooks' set-up cells (Colab link, install cell, kernelspec)
 notebooks: setup
-	$(PY) -m grpo_minimal.notebook_setup notebooks
+	$(PY) -m grpo_minimal.course.notebook_setup notebooks
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

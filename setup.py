@@ -2,7 +2,7 @@
 
 ``data/`` (splits, models, the scripts that made them) and ``bench/results/`` (committed results
 the notebooks read) stay where they are in the repository. Building a wheel copies them into
-``grpo_minimal/_course/``, where ``grpo_minimal.shipped`` finds them; an editable install reads
+``grpo_minimal/_shipped/``, where ``grpo_minimal.shipped`` finds them; an editable install reads
 the checkout's own folders instead. Everything else about the package is in ``pyproject.toml``.
 """
 
@@ -21,7 +21,7 @@ class BuildPyWithCourse(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return  # an editable install reads data/ and bench/results/ in place
-        target = Path(self.build_lib) / "grpo_minimal" / "_course"
+        target = Path(self.build_lib) / "grpo_minimal" / "_shipped"
         for name, source in COURSE_FILES.items():
             if not source.is_dir():
                 raise SystemExit(f"setup.py: {source} is missing; build from a checkout or sdist")

@@ -4,7 +4,7 @@
         --variants notebook07                                               # notebook 07's sweep
     .venv/bin/python bench/ablations.py --budget 60 --variants default,beta0  # 60 s of training
 
-Each run (``grpo_minimal.ablations.run_variant``) trains from the shipped model with
+Each run (``grpo_minimal.course.ablations.run_variant``) trains from the shipped model with
 ``MathConfig()`` plus one variant's overrides, for an equal budget of sampled completions
 (``--completions N``: it fixes ``max_steps``, so the numbers do not depend on the machine's load;
 on the same CPU and thread count they repeat exactly) or for at most ``--budget`` seconds of
@@ -26,7 +26,7 @@ import argparse
 import torch
 from tqdm.auto import tqdm
 
-from grpo_minimal.ablations import (
+from grpo_minimal.course.ablations import (
     NOTEBOOK_07,
     RESULTS,
     VARIANTS,

@@ -20,7 +20,7 @@ import argparse
 import torch
 from tqdm.auto import tqdm
 
-from grpo_minimal.ablations import RESULTS, append_result, load_results
+from grpo_minimal.course.ablations import RESULTS, append_result, load_results
 from grpo_minimal.data import load_math_rows
 from grpo_minimal.labs import capstone
 from grpo_minimal.lm_train import MathConfig, train_math

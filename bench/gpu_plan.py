@@ -30,12 +30,12 @@ import time
 
 import torch
 
+from grpo_minimal.course.memory import QWEN2_5, plan_memory, qwen2_config
 from grpo_minimal.data import load_gsm8k_sample
 from grpo_minimal.device import peak_memory_mb, reset_peak_memory
 from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.lm_model import format_prompt, load_tokenizer
 from grpo_minimal.math_config import MathConfig
-from grpo_minimal.memory import QWEN2_5, plan_memory, qwen2_config
 from grpo_minimal.shipped import model_path
 
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

@@ -1,4 +1,4 @@
-"""Reward hacking and length bias on the tiny model (``grpo_minimal/hacking.py``), over seeds.
+"""Reward hacking and length bias on the tiny model (``grpo_minimal/course/hacking.py``), over seeds.
 
     .venv/bin/python bench/hedging.py          # seeds 10-14, 300 steps a run
 
@@ -20,9 +20,9 @@ import argparse
 import torch
 from tqdm.auto import tqdm
 
-from grpo_minimal.ablations import RESULTS, append_result, load_results
+from grpo_minimal.course.ablations import RESULTS, append_result, load_results
+from grpo_minimal.course.hacking import run_hedging
 from grpo_minimal.data import load_train_eval_rows
-from grpo_minimal.hacking import run_hedging
 
 OUT = RESULTS.with_name("hedging.json")
 RUNS = [("lenient", "dapo"), ("lenient", "grpo"), ("strict", "dapo"), ("strict", "grpo")]

@@ -20,7 +20,7 @@ import json
 import torch
 from tqdm.auto import tqdm
 
-from grpo_minimal.ablations import RESULTS, append_result, load_results, validation_split
+from grpo_minimal.course.ablations import RESULTS, append_result, load_results, validation_split
 from grpo_minimal.data import load_math_rows
 from grpo_minimal.lm_train import MathConfig, train_math
 

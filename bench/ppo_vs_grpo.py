@@ -46,10 +46,10 @@ from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from grpo_minimal.course.stats import bootstrap_ci  # noqa: E402
 from grpo_minimal.envs import HELD_OUT_SEED, evaluate_policy  # noqa: E402
 from grpo_minimal.gym_grpo import CartPoleConfig, train_cartpole  # noqa: E402
 from grpo_minimal.ppo import PPOConfig, train_ppo  # noqa: E402
-from grpo_minimal.stats import bootstrap_ci  # noqa: E402
 
 METHODS = {
     "grpo": (train_cartpole, CartPoleConfig()),

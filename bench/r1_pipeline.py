@@ -19,12 +19,12 @@ import argparse
 import torch
 from tqdm.auto import tqdm
 
-from grpo_minimal.ablations import RESULTS, append_result, load_results
+from grpo_minimal.course.ablations import RESULTS, append_result, load_results
+from grpo_minimal.course.rft import RFTTrainer
 from grpo_minimal.data import load_train_eval_rows
 from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.lm_model import load_model
 from grpo_minimal.lm_train import MathConfig, train_math
-from grpo_minimal.rft import RFTTrainer
 
 OUT = RESULTS.with_name("r1_pipeline.json")
 STAGES = {"plain GRPO": [("GRPO", 3)], "R1 miniature": [("GRPO", 1), ("RFT", 1), ("GRPO", 1)]}

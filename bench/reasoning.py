@@ -1,4 +1,4 @@
-"""R1-Zero in miniature (``grpo_minimal/r1_zero.py``): every variant of notebook 10 over seeds.
+"""R1-Zero in miniature (``grpo_minimal/course/r1_zero.py``): every variant of notebook 10 over seeds.
 
     .venv/bin/python bench/reasoning.py                    # 4 variants x seeds 0-4
     .venv/bin/python bench/reasoning.py --variants grpo --seeds 0 1 --out /tmp/r.json
@@ -20,10 +20,10 @@ import argparse
 import torch
 from tqdm.auto import tqdm
 
-from grpo_minimal.ablations import RESULTS, append_result, load_results
+from grpo_minimal.course.ablations import RESULTS, append_result, load_results
+from grpo_minimal.course.r1_zero import VARIANTS, run_variant
 from grpo_minimal.data import load_reasoning
 from grpo_minimal.math_config import MathConfig
-from grpo_minimal.r1_zero import VARIANTS, run_variant
 
 OUT = RESULTS.with_name("reasoning.json")
 

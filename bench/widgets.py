@@ -1,4 +1,4 @@
-"""How long one widget update takes, for each explorer in grpo_minimal.widgets.
+"""How long one widget update takes, for each explorer in grpo_minimal.course.widgets.
 
     python bench/widgets.py [--updates 30]
 
@@ -24,7 +24,7 @@ import time
 import matplotlib
 import torch
 
-from grpo_minimal import widgets
+from grpo_minimal.course import widgets
 
 TARGET_MS = 100.0
 

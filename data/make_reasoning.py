@@ -7,7 +7,7 @@ Run from the repository root (seeded; a second run rewrites the same bytes):
 
 Each row is ``{"prompt": "347+285=", "answer": "632", "steps": "7+5=12 4+8+1=13 3+2+1=6"}``:
 both numbers in 100..999, ``steps`` the column sums from the units up
-(``grpo_minimal.reasoning.column_steps``). ``a+b`` and ``b+a`` are one problem, and no problem
+(``grpo_minimal.course.reasoning.column_steps``). ``a+b`` and ``b+a`` are one problem, and no problem
 is in two splits. ``--fresh N`` writes N more problems that are in neither shipped split (a test
 set nothing in the repository has seen: the CLI's bar is measured on one).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing the package
-from grpo_minimal.reasoning import column_steps, operands  # noqa: E402
+from grpo_minimal.course.reasoning import column_steps, operands  # noqa: E402
 
 SEED = 0
 SIZES = {"train": 4000, "test": 500}

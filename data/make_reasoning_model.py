@@ -48,15 +48,15 @@ sys.path.insert(0, str(HERE))  # the tiny model's script, for its architecture
 from make_tiny_model import build_model as build_tiny_model  # noqa: E402  (its architecture)
 from make_tiny_model import build_tokenizer as build_tiny_tokenizer  # noqa: E402
 
-from grpo_minimal.data import load_jsonl  # noqa: E402
-from grpo_minimal.reasoning import (  # noqa: E402
+from grpo_minimal.course.reasoning import (  # noqa: E402
     direct_target,
     operands,
     reasoning_rate,
     reasoning_target,
 )
+from grpo_minimal.course.sft import sft_batch  # noqa: E402
+from grpo_minimal.data import load_jsonl  # noqa: E402
 from grpo_minimal.rewards import accuracy_reward  # noqa: E402
-from grpo_minimal.sft import sft_batch  # noqa: E402
 
 SEED = 0
 MODELS = {"tiny_reasoning_lm": 0.2, "tiny_direct_lm": 0.0}  # folder -> share of written targets

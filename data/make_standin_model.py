@@ -45,10 +45,10 @@ from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config,
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
+from grpo_minimal.course.sft import sft_batch  # noqa: E402
 from grpo_minimal.data import load_gsm8k_sample, read_jsonl  # noqa: E402
 from grpo_minimal.lm_model import BOXED_INSTRUCTION, format_prompt  # noqa: E402
 from grpo_minimal.rewards import R1_SYSTEM_PROMPT, accuracy_reward, format_reward  # noqa: E402
-from grpo_minimal.sft import sft_batch  # noqa: E402
 
 SEED = 0
 OUT = HERE / "standin_lm"

@@ -49,9 +49,9 @@ from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config,
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing the package
+from grpo_minimal.course.sft import sft_batch  # noqa: E402
 from grpo_minimal.data import load_arithmetic  # noqa: E402
 from grpo_minimal.rewards import accuracy_reward  # noqa: E402
-from grpo_minimal.sft import sft_batch  # noqa: E402
 
 SEED = 0
 OUT = HERE / "tiny_math_lm"

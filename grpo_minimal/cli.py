@@ -32,7 +32,7 @@ from transformers.hf_argparser import string_to_bool
 from .envs import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW
 from .extras import require
 from .gym_grpo import CartPoleConfig
-from .labs.commands import add_lab_commands
+from .instructor.commands import add_lab_commands
 from .math_config import PROMPT_TEMPLATES, MathConfig
 from .ppo import PPOConfig
 
@@ -226,8 +226,8 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
         processes = trainer.accelerator.num_processes
         assert processes == world_size(), (processes, world_size())
     else:
+        from .course.reasoning import ReasoningTrainer  # it also logs how the completions reason
         from .lm_grpo import LMGRPOTrainer
-        from .reasoning import ReasoningTrainer  # it also logs how the completions reason
 
         trainer_cls = ReasoningTrainer if cfg.dataset == "reasoning" else LMGRPOTrainer
         _, history = train_math(cfg, model, tokenizer, train_rows, eval_rows, out_dir=out,

@@ -11,7 +11,7 @@ against (it reads the ``answer`` column by name). For TRL, wrap the rows with
   a train split.
 - ``load_reasoning(split)``: notebook 10's three-digit additions (``train`` / ``test``, written
   by ``data/make_reasoning.py``, seeded), each with its column sums (``steps``; see
-  ``grpo_minimal.reasoning``). No problem is in both splits.
+  ``grpo_minimal.course.reasoning``). No problem is in both splits.
 - ``load_gsm8k(split)``: GSM8K from the Hugging Face Hub through ``datasets`` (the GPU path; it
   needs the network and ``pip install datasets``). The gold is the number after ``####``.
 - ``load_gsm8k_sample()``: a 20-problem GSM8K-format file written by this project, no network.

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from . import shipped
-from .rewards import R1_SYSTEM_PROMPT
+from .r1_format import R1_SYSTEM_PROMPT
 
 SHIPPED_MODELS = {
     name: shipped.data_dir() / shipped.SHIPPED_MODEL_FOLDERS[name]

@@ -14,7 +14,7 @@ import os
 import shutil
 import statistics
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -33,7 +33,7 @@ from .lm_model import (
     quiet_transformers,
 )
 from .math_config import MathConfig
-from .reasoning import reasoning_rate
+from .r1_format import reasoning_rate
 from .rewards import RewardFunc, accuracy_reward, extract_value, parse_gold
 from .sampling_metrics import majority_vote, pass_at_k
 
@@ -79,6 +79,20 @@ def checked_rows(
     for rows in (train_rows, eval_rows):
         check_prompts(rows, tokenizer, model, cfg)
     return train_rows, eval_rows, overlap
+
+
+def training_batches(
+    rows: Sequence[dict], prompts_per_step: int, seed: int
+) -> Iterator[list[dict]]:
+    """The rows of each step, ``prompts_per_step`` at a time, from fresh shuffled passes over
+    ``rows`` (a pass's leftover rows open the next step): the order of every run with this seed."""
+    generator = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    while True:
+        while len(order) < prompts_per_step:
+            order += torch.randperm(len(rows), generator=generator).tolist()
+        yield [rows[i] for i in order[:prompts_per_step]]
+        del order[:prompts_per_step]
 
 
 def train_math(
@@ -129,17 +143,12 @@ def train_math(
 
     log({"step": 0, "train_s": 0.0, **evaluate(), "eval_n": len(eval_rows),
          "eval_overlap": overlap})  # fmt: skip
-    generator = torch.Generator().manual_seed(cfg.seed)
-    order: list[int] = []
+    batches = training_batches(train_rows, cfg.prompts_per_step, cfg.seed)
     train_s = 0.0
     bar = tqdm(total=cfg.max_steps, desc="GRPO " + Path(cfg.model).name, disable=not progress)
     try:
         for step in range(1, cfg.max_steps + 1):
-            while len(order) < cfg.prompts_per_step:  # fresh shuffled passes over the data
-                order += torch.randperm(len(train_rows), generator=generator).tolist()
-            batch = [train_rows[i] for i in order[: cfg.prompts_per_step]]
-            del order[: cfg.prompts_per_step]
-            record, _ = trainer.step(batch)
+            record, _ = trainer.step(next(batches))
             train_s += record["step_s"]
             record["train_s"] = round(train_s, 3)
             stop = cfg.time_budget_s > 0 and train_s >= cfg.time_budget_s
@@ -186,7 +195,7 @@ def evaluate_greedy(
 ) -> tuple[dict[str, float], list[str]]:
     """One greedy completion per row, and what they show: ``accuracy`` (the share correct,
     ``accuracy_reward``), ``completion_length`` (mean tokens, EOS included) and
-    ``reasoning_rate`` (the share with a non-empty ``<think>`` block, ``reasoning.py``).
+    ``reasoning_rate`` (the share with a non-empty ``<think>`` block, ``r1_format.py``).
     Prompts are formatted and cut as in training (``cfg``)."""
     completions: list[str] = []
     correct, tokens = 0.0, 0.0

@@ -40,6 +40,7 @@ from .answers import (
     parse_gold,
     parse_number,
 )
+from .r1_format import R1_SYSTEM_PROMPT
 
 __all__ = [
     "MAX_BRACE_DEPTH",
@@ -63,15 +64,6 @@ __all__ = [
     "reward_stats",
     "score_completions",
 ]
-
-R1_SYSTEM_PROMPT = (
-    "A conversation between User and Assistant. The user asks a question, and the Assistant "
-    "solves it. The Assistant first thinks about the reasoning process and then gives the user "
-    "the answer. The reasoning process and the answer are enclosed within <think> </think> and "
-    "<answer> </answer> tags, respectively, i.e., <think> reasoning process here </think> "
-    "<answer> answer here </answer>."
-)
-"""The DeepSeek-R1 format instruction that `format_reward` checks for."""
 
 RewardFunc = Callable[..., Sequence[float | None]]
 """A reward function: ``func(prompts=..., completions=..., **columns)`` -> one reward (or None)

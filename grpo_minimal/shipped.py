@@ -2,7 +2,7 @@
 
 One resolver for every road a learner takes. In a checkout (or an editable install) they are the
 repository's own ``data/`` and ``bench/results/``, the sources, beside the scripts that made
-them. An installed wheel carries copies of both inside the package, in ``grpo_minimal/_course/``
+them. An installed wheel carries copies of both inside the package, in ``grpo_minimal/_shipped/``
 (``setup.py`` copies them at build time), found through ``importlib.resources``. A wheel's copy
 wins over a checkout, so that an installed package never reads a folder it happens to sit beside.
 
@@ -42,7 +42,7 @@ notebook 10's cold starts (``make_reasoning_model.py``) and the stand-in for the
 (``make_standin_model.py``)."""
 
 _PACKAGE = Path(str(importlib.resources.files("grpo_minimal")))
-_WHEEL_ROOT = _PACKAGE / "_course"
+_WHEEL_ROOT = _PACKAGE / "_shipped"
 _CHECKOUT_ROOT = _PACKAGE.parent
 
 PACKAGED = _WHEEL_ROOT.is_dir()

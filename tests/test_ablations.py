@@ -1,10 +1,10 @@
-"""The ablation sweep's pieces (grpo_minimal/ablations.py): split, budgets, summary."""
+"""The ablation sweep's pieces (grpo_minimal/course/ablations.py): split, budgets, summary."""
 
 import pytest
 import torch
 
-from grpo_minimal import ablations
-from grpo_minimal.ablations import (
+from grpo_minimal.course import ablations
+from grpo_minimal.course.ablations import (
     NOTEBOOK_07,
     VARIANTS,
     append_result,
@@ -106,7 +106,7 @@ def test_one_short_run_is_recorded(monkeypatch):
         trained.append(trainer.model)
         return trainer, history
 
-    monkeypatch.setattr("grpo_minimal.ablations.train_math", keep_model)
+    monkeypatch.setattr("grpo_minimal.course.ablations.train_math", keep_model)
     # lr3e-4's step, so that the trained model's accuracy differs from the shipped one's
     record = run_variant("G4_P16", 0, train, validation, completions=128, learning_rate=3e-4)
     assert record["steps"] == 2 and record["completions"] == 128

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grpo_minimal.course.hacking import hedge_target, is_hedge, run_hedging
+from grpo_minimal.course.sft import encode_chars, sft_batch, supervised_finetune
 from grpo_minimal.data import load_train_eval_rows
-from grpo_minimal.hacking import hedge_target, is_hedge, run_hedging
 from grpo_minimal.lm_model import load_model
 from grpo_minimal.losses import grpo_loss
 from grpo_minimal.rewards import accuracy_reward, lenient_accuracy_reward
-from grpo_minimal.sft import encode_chars, sft_batch, supervised_finetune
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from lab_helpers import PACKAGE_ANSWERS_01, filled_lab
 
 import grpo_minimal
 from grpo_minimal import cli
-from grpo_minimal.labs.build import (
+from grpo_minimal.instructor.build import (
     STUDENT_DIR,
     build_labs,
     lab_sources,

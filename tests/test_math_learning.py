@@ -25,7 +25,7 @@ def test_a_short_grpo_run_raises_held_out_accuracy():
 def test_a_short_rft_run_raises_held_out_accuracy():
     """Rejection-sampling fine-tuning (notebook 08) at the same small budget: at least 10 points
     (seeds 0, 1 and 2 gained 20.4, 17.6 and 18.8 when this test was written)."""
-    from grpo_minimal.rft import RFTTrainer
+    from grpo_minimal.course.rft import RFTTrainer
 
     cfg = MathConfig(device="cpu", max_steps=150, eval_every=0, eval_n=500, seed=0, beta=0.0)
     _, history = train_math(cfg, progress=False, trainer_cls=RFTTrainer)

@@ -1,4 +1,4 @@
-"""grpo_minimal.memory: the planner against one real update counted tensor by tensor, the models
+"""grpo_minimal.course.memory: the planner against one real update counted tensor by tensor, the models
 each algorithm keeps, and the Qwen2.5 sizes it is asked about."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoConfig
 
-from grpo_minimal.memory import (
+from grpo_minimal.course.memory import (
     QWEN2_5,
     count_parameters,
     count_update,

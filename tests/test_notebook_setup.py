@@ -1,5 +1,5 @@
 """Every notebook runs opened alone: its first cells come from one template
-(``grpo_minimal.notebook_setup``), with a Colab link, what it needs, a set-up cell that installs
+(``grpo_minimal.course.notebook_setup``), with a Colab link, what it needs, a set-up cell that installs
 the package where it is missing, and a kernelspec. ``tests/wheel_smoke.py`` runs each notebook
 alone in an empty folder with the wheel installed; this file checks the cells themselves."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from grpo_minimal import notebook_setup
-from grpo_minimal.notebook_setup import COURSE, KERNELSPEC, colab_badge, lab_setup_source
+from grpo_minimal.course import notebook_setup
+from grpo_minimal.course.notebook_setup import COURSE, KERNELSPEC, colab_badge, lab_setup_source
 
 ROOT = Path(__file__).resolve().parents[1]
 URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]

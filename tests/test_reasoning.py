@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grpo_minimal.data import DATA_DIR, load_math_dataset, load_reasoning, problem_key
-from grpo_minimal.reasoning import (
+from grpo_minimal.course.reasoning import (
     column_steps,
     direct_target,
     make_length_penalty,
@@ -24,6 +23,7 @@ from grpo_minimal.reasoning import (
     think_block,
     writes_steps,
 )
+from grpo_minimal.data import DATA_DIR, load_math_dataset, load_reasoning, problem_key
 from grpo_minimal.rewards import accuracy_reward, format_reward
 
 STEP_RE = re.compile(r"([0-9])\+([0-9])(\+1)?=([0-9]+)")
@@ -194,7 +194,7 @@ def test_cli_trains_the_reasoning_run_and_evaluate_reports_how_it_reasons(tmp_pa
 def test_reading_the_runs_by_hand():
     """final_intervals: mean and interval per variant, and the change from grpo's mean;
     completions_text marks each completion right / wrong and steps / direct."""
-    from grpo_minimal.r1_zero import completions_text, final_intervals
+    from grpo_minimal.course.r1_zero import completions_text, final_intervals
 
     def run(variant, before, after):
         evals = [{"step": 0, "eval_accuracy": before}, {"step": 9, "eval_accuracy": after}]
@@ -226,9 +226,9 @@ MIN_ACCURACY_GAIN, MIN_THINK_GAIN = 0.03, 0.06
 def test_grpo_makes_the_cold_start_write_steps_and_get_more_right():
     """From the reasoning cold start, the outcome reward alone raises both the held-out accuracy
     and the policy's chance of writing steps (``think_probability``: exact, not sampled)."""
+    from grpo_minimal.course.reasoning import ReasoningTrainer, think_probability
     from grpo_minimal.lm_train import setup, train_math
     from grpo_minimal.math_config import MathConfig
-    from grpo_minimal.reasoning import ReasoningTrainer, think_probability
 
     rows = load_reasoning("test")[:100]
     prompts = [row["prompt"] for row in rows]
@@ -253,8 +253,8 @@ def test_think_probability_reads_the_first_token():
 
     import torch
 
+    from grpo_minimal.course.reasoning import think_probability
     from grpo_minimal.lm_model import load_tokenizer
-    from grpo_minimal.reasoning import think_probability
 
     tokenizer = load_tokenizer("tiny-reasoning")
     think, vocabulary = tokenizer.convert_tokens_to_ids("<think>"), len(tokenizer)

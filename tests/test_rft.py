@@ -1,13 +1,13 @@
-"""Rejection-sampling fine-tuning (grpo_minimal/rft.py) as GRPO's step with another step 3."""
+"""Rejection-sampling fine-tuning (grpo_minimal/course/rft.py) as GRPO's step with another step 3."""
 
 import pytest
 import torch
 
+from grpo_minimal.course.rft import RFTTrainer
 from grpo_minimal.data import load_math_rows
 from grpo_minimal.lm_model import load_model
 from grpo_minimal.lm_train import MathConfig, train_math
 from grpo_minimal.losses import grpo_loss
-from grpo_minimal.rft import RFTTrainer
 
 RFT = dict(device="cpu", beta=0.0, loss_type="dapo")
 

@@ -59,11 +59,11 @@ def test_the_cli_names_a_missing_model_as_missing(monkeypatch, tmp_path, capsys)
 
 
 def test_the_wheel_layout_is_found_first(monkeypatch, tmp_path):
-    """A package with ``_course/`` inside reads it, never a data/ it happens to sit beside."""
-    (tmp_path / "_course" / "data").mkdir(parents=True)
-    (tmp_path / "_course" / "data" / "x.jsonl").write_text("{}\n")
-    monkeypatch.setattr(shipped, "_WHEEL_ROOT", tmp_path / "_course")
+    """A package with ``_shipped/`` inside reads it, never a data/ it happens to sit beside."""
+    (tmp_path / "_shipped" / "data").mkdir(parents=True)
+    (tmp_path / "_shipped" / "data" / "x.jsonl").write_text("{}\n")
+    monkeypatch.setattr(shipped, "_WHEEL_ROOT", tmp_path / "_shipped")
     monkeypatch.setattr(shipped, "PACKAGED", True)
-    assert shipped.data_path("x.jsonl") == tmp_path / "_course/data/x.jsonl"
+    assert shipped.data_path("x.jsonl") == tmp_path / "_shipped/data/x.jsonl"
     with pytest.raises(FileNotFoundError, match="is not in the installed package"):
         shipped.data_path("arithmetic_train.jsonl")

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grpo_minimal.stats import bootstrap_ci
+from grpo_minimal.course.stats import bootstrap_ci
 
 
 def test_constant_samples_give_a_point_interval():

@@ -1,4 +1,4 @@
-"""The explorers in grpo_minimal.widgets, in-process: set controls, read what is displayed.
+"""The explorers in grpo_minimal.course.widgets, in-process: set controls, read what is displayed.
 
 What is displayed (the readout text, the bar heights, the line data) must equal what the core
 functions compute. Two ways a broken callback could hide are closed:
@@ -32,7 +32,7 @@ from grpo_minimal import (
     population_std_advantages,
     rloo_advantages,
 )
-from grpo_minimal import widgets as gw
+from grpo_minimal.course import widgets as gw
 
 # the readout prints 3 decimals: half a unit in the last place, plus float32 noise
 TEXT_TOLERANCE = 5e-4 + 1e-6

@@ -17,8 +17,7 @@ import random
 from functools import cache
 
 from grpo_minimal.data import load_math_rows
-from grpo_minimal.labs.checking import failure
-from grpo_minimal.labs.grading import report
+from grpo_minimal.labs.checking import failure, report
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy
 from grpo_minimal.shipped import data_path
 

@@ -56,7 +56,7 @@ from grpo_minimal.labs.checking import (
 )
 from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.lm_model import load_model
-from grpo_minimal.lm_train import MathConfig, evaluate_accuracy
+from grpo_minimal.lm_train import MathConfig, evaluate_accuracy, training_batches
 from grpo_minimal.rewards import accuracy_reward
 
 FLOAT32_ULP = 2**-24
@@ -992,14 +992,10 @@ def _train(step: Callable, cfg: MathConfig, progress: bool) -> TrainingRun | Non
     train_rows, eval_rows = load_train_eval_rows(cfg.dataset, cfg.eval_split, cfg.eval_n)
     trainer = LMGRPOTrainer(cfg, model, tokenizer)
     before = evaluate_accuracy(model, tokenizer, eval_rows, cfg)[0]
-    generator = torch.Generator().manual_seed(cfg.seed)
-    order: list[int] = []
+    batches = training_batches(train_rows, cfg.prompts_per_step, cfg.seed)  # train_math's order
     rewards, metrics, seconds = [], [], 0.0
     for number in range(1, cfg.max_steps + 1):
-        while len(order) < cfg.prompts_per_step:  # shuffled passes, as train_math draws them
-            order += torch.randperm(len(train_rows), generator=generator).tolist()
-        batch = [train_rows[i] for i in order[: cfg.prompts_per_step]]
-        del order[: cfg.prompts_per_step]
+        batch = next(batches)
         start = time.perf_counter()
         out = step(trainer, batch)
         seconds += time.perf_counter() - start

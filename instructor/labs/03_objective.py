@@ -63,8 +63,8 @@
 # function does not special-case the inputs it was shown, it earns full points.
 #
 # *Aside.* The lesson's interactive views of (6) and (7), `clipping_explorer()` and
-# `kl_explorer()` from `grpo_minimal.widgets`, work here too (in a running kernel): put one in a
-# spare cell if a picture helps.
+# `kl_explorer()` from `grpo_minimal.course.widgets`, work here too (in a running kernel): put
+# one in a spare cell if a picture helps.
 
 # %%
 import torch

@@ -28,11 +28,11 @@ from collections.abc import Sequence
 
 import torch
 
-from .completions import CompletionGroups
-from .lm_grpo import LMGRPOTrainer
-from .lm_model import load_model
-from .lm_train import MathConfig, evaluate_accuracy, train_math
-from .rewards import accuracy_reward, lenient_accuracy_reward
+from ..completions import CompletionGroups
+from ..lm_grpo import LMGRPOTrainer
+from ..lm_model import load_model
+from ..lm_train import MathConfig, evaluate_accuracy, train_math
+from ..rewards import accuracy_reward, lenient_accuracy_reward
 from .sft import supervised_finetune
 
 __all__ = [

@@ -6,7 +6,7 @@ beside it. So each course notebook starts with two cells written here: a Markdow
 package when it is not importable (``%pip``, from the repository address kept in one place,
 ``[project.urls]`` of ``pyproject.toml``) and offers quick mode. The lab notebooks start with a
 set-up cell of the same kind (``grpo-minimal lab build`` puts it there), which also needs the
-``labs`` extra. ``python -m grpo_minimal.notebook_setup`` rewrites the course notebooks' cells and
+``labs`` extra. ``python -m grpo_minimal.course.notebook_setup`` rewrites the course notebooks' cells and
 kernelspecs; ``--check`` lists the notebooks that differ (``tests/test_notebook_setup.py``).
 """
 

@@ -13,10 +13,10 @@ column below it; written down, each step is one small sum. After the same fine-t
 start (``data/make_reasoning_model.py``) is right more often when it writes the steps than when
 it answers at once: that gap is what an outcome reward can discover.
 
-What this module measures, for any completion (``reasoning_rate`` reads any dataset's):
+What it measures: ``think_block``, ``writes_steps`` and ``reasoning_rate`` (the share of
+completions with a non-empty think block) read the R1 format of any dataset, so they live in the
+core (``grpo_minimal/r1_format.py``) and are re-exported here; this task adds
 
-- ``think_block(text)``: the text inside the first ``<think>...</think>``, or None;
-- ``writes_steps(text)``: a non-empty think block (what ``reasoning_rate`` counts);
 - ``steps_right(prompt, text)``: the think block is exactly this problem's column sums;
 - ``think_probability(model, tokenizer, prompts)``: the policy's chance of opening a think block
   as its first token, measured exactly instead of sampled.
@@ -32,7 +32,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .lm_grpo import LMGRPOTrainer
+from ..lm_grpo import LMGRPOTrainer
+from ..r1_format import reasoning_rate, think_block, writes_steps
 
 __all__ = [
     "ReasoningTrainer",
@@ -50,7 +51,6 @@ __all__ = [
 ]
 
 _PROMPT_RE = re.compile(r"([0-9]+)\+([0-9]+)=")
-_THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 
 def operands(prompt: str) -> tuple[int, int]:
@@ -89,29 +89,12 @@ def reasoning_target(a: int, b: int) -> str:
     return f"<think>{' '.join(column_steps(a, b))}</think>{direct_target(a, b)}"
 
 
-def think_block(text: str) -> str | None:
-    """The text inside the first closed ``<think>...</think>``, or None when there is none."""
-    match = _THINK_RE.search(text) if isinstance(text, str) else None
-    return None if match is None else match[1]
-
-
-def writes_steps(text: str) -> bool:
-    """A completion writes steps when its think block holds something besides spaces."""
-    block = think_block(text)
-    return block is not None and bool(block.strip())
-
-
 def steps_right(prompt: str, text: str) -> bool | None:
     """Are the written steps this problem's column sums, all of them, in order? None when the
     completion writes no steps (nothing to judge)."""
     if not writes_steps(text):
         return None
     return think_block(text).split() == column_steps(*operands(prompt))
-
-
-def reasoning_rate(completions: Sequence[str]) -> float:
-    """The share of completions that write steps (a non-empty think block)."""
-    return sum(writes_steps(c) for c in completions) / len(completions) if completions else 0.0
 
 
 def steps_right_rate(prompts: Sequence[str], completions: Sequence[str]) -> float | None:

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .data import problem_key
-from .lm_train import MathConfig, train_math
-from .shipped import results_dir
+from ..data import problem_key
+from ..lm_train import MathConfig, train_math
+from ..shipped import results_dir
 from .stats import bootstrap_ci
 
 RESULTS = results_dir() / "ablations.json"

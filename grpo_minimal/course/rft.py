@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import torch
 
-from .completions import CompletionGroups
-from .lm_grpo import LMGRPOTrainer
+from ..completions import CompletionGroups
+from ..lm_grpo import LMGRPOTrainer
 
 
 class RFTTrainer(LMGRPOTrainer):

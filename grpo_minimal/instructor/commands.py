@@ -1,5 +1,7 @@
 """``grpo-minimal lab check | grade | build``: the classroom labs' commands (``cli.py`` adds them).
 
+The grading server and the build are imported when a command runs, never when the CLI starts.
+
 Each command is a ``prepare`` (checks its arguments: a bad one is one line and exit status 2)
 and a ``run`` (does the work and returns the JSON summary ``cli.main`` prints).
 """
@@ -10,7 +12,9 @@ import argparse
 from pathlib import Path
 
 from ..extras import require
-from .grading import DEFAULT_TIMEOUT_S
+
+DEFAULT_TIMEOUT_S = 900.0
+"""Seconds one notebook may take to grade (``lab grade --timeout``)."""
 
 
 def prepare_lab_check(args: argparse.Namespace) -> Path:

@@ -36,8 +36,8 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .advantages import group_advantages, population_std_advantages, rloo_advantages
-from .losses import categorical_kl, clipped_surrogate, kl_k1, kl_k2, kl_k3
+from ..advantages import group_advantages, population_std_advantages, rloo_advantages
+from ..losses import categorical_kl, clipped_surrogate, kl_k1, kl_k2, kl_k3
 
 __all__ = [
     "ADVANTAGE_METHODS",

@@ -33,11 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from queue import SimpleQueue
 
-from grpo_minimal.labs.build import GRADER_DIR
-
-# A check may report what it measured (the capstone's accuracy); grading collects it here.
-REPORT_ENV = "GRPO_LAB_REPORT"
-DEFAULT_TIMEOUT_S = 900.0
+from grpo_minimal.instructor.build import GRADER_DIR
+from grpo_minimal.labs.checking import REPORT_ENV
 
 
 @dataclass
@@ -75,15 +72,6 @@ def _exercises(results) -> list[ExerciseResult]:
         for name, test_file in results.results.items()
     ]
 
-
-def report(text: str) -> None:
-    """A measurement for the grader's feedback file (printed when not grading)."""
-    path = os.environ.get(REPORT_ENV)
-    if path:
-        with open(path, "a") as handle:
-            handle.write(text.rstrip("\n") + "\n")
-    else:
-        print(text)
 
 
 def lab_name(notebook: Path) -> str:
@@ -228,7 +216,7 @@ class GradingServer:
     def _start(self) -> None:
         # -P: the caller's folder stays off sys.path (what the server imports is the package's)
         self.process = subprocess.Popen(
-            [sys.executable, "-P", "-m", "grpo_minimal.labs.grading"],
+            [sys.executable, "-P", "-m", "grpo_minimal.instructor.grading"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, text=True,
         )  # fmt: skip
@@ -345,9 +333,9 @@ def _kill_tree(pid: int) -> None:
 def grade_folder(
     folder: Path,
     out: Path,
-    grader_dir: Path = GRADER_DIR,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    jobs: int = 1,
+    grader_dir: Path,
+    timeout_s: float,
+    jobs: int,
 ) -> list[dict]:
     """Grade every ``*.ipynb`` in ``folder``, ``jobs`` at a time; write ``out`` (CSV) and the
     feedback files.

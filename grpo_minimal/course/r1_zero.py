@@ -21,10 +21,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .lm_train import setup, train_math
-from .math_config import MathConfig
+from ..lm_train import setup, train_math
+from ..math_config import MathConfig
+from ..rewards import accuracy_reward
 from .reasoning import ReasoningTrainer, make_length_penalty
-from .rewards import accuracy_reward
 from .stats import bootstrap_ci
 
 __all__ = [
@@ -178,8 +178,8 @@ def completions_text(samples: Sequence[dict], steps: Sequence[int] | None = None
     """The kept groups (``run_variant(sample_every=...)``) as text: the prompt, then each
     completion marked by whether its answer is right, and whether it writes steps (written) or
     not (direct)."""
+    from ..rewards import accuracy_reward
     from .reasoning import operands, writes_steps
-    from .rewards import accuracy_reward
 
     lines = []
     for sample in samples:

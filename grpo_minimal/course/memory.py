@@ -153,7 +153,7 @@ def count_update(
     """
     from transformers import AutoModelForCausalLM
 
-    from .lm_model import enable_activation_checkpointing
+    from ..lm_model import enable_activation_checkpointing
 
     torch.manual_seed(seed)
     ids = torch.randint(0, config.vocab_size, (batch_size, seq_len))

@@ -6,7 +6,7 @@ written in otter-grader's assignment format (``# BEGIN QUESTION`` / ``# BEGIN SO
 
 - the **student notebook** (solutions replaced by ``...``, public checks only, stored in the
   notebook's metadata; a first cell that installs the package and its ``labs`` extra where they
-  are missing, ``grpo_minimal.notebook_setup``), copied to ``notebooks/labs/NN_name.ipynb`` and committed, so a learner
+  are missing, ``grpo_minimal.course.notebook_setup``), copied to ``notebooks/labs/NN_name.ipynb`` and committed, so a learner
   needs no build step;
 - the **grader's material**: ``build/labs/NN_name-autograder.zip`` (public and hidden checks) and
   ``build/labs/solutions/NN_name.ipynb`` (the notebook with solutions), never committed.
@@ -34,7 +34,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grpo_minimal.notebook_setup import lab_setup_source
+from grpo_minimal.course.notebook_setup import lab_setup_source
 
 SOURCE_DIR = Path("instructor/labs")
 STUDENT_DIR = Path("notebooks/labs")
