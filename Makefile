@@ -11,9 +11,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	# torch first, pinned. On this project's CI machines pip takes a CPU build from local disk; on
 	# a plain PyPI the same line resolves the CUDA build (about 530 MB plus the CUDA libraries).
 	# For the CPU build there: make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
-	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	# --no-compile: pip would byte-compile every installed file (a minute of CPU); Python compiles
+	# what it imports, when it first imports it
+	$(PY) -m pip install --quiet --no-compile torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	# the versions CI checked (constraints.txt); pyproject.toml keeps the floors
-	$(PY) -m pip install --quiet -e ".[dev]" -c constraints.txt
+	$(PY) -m pip install --quiet --no-compile -e ".[dev]" -c constraints.txt
 	touch $@
 
 setup: $(VENV)/.installed
@@ -27,14 +29,14 @@ demo: setup
 ## tests/wheel_smoke.py: the sdist and the wheel built from here, the wheel installed with torch
 ## alone into a fresh venv, every command once from an empty folder, every course notebook copied
 ## alone into an empty folder and run under nbval in quick mode, a solved lab with [labs]);
-## then the float comparisons (marker numerics) again on one thread, as on another CPU.
+## then the float comparisons (marker numerics) again with one thread per worker, as on another CPU.
 ## The first pass runs on TEST_WORKERS pytest-xdist workers, whole files each (a notebook's cells
 ## share one kernel); tests/conftest.py splits the threads between them and starts the slowest
 ## files first.
 TEST_WORKERS ?= 2
 test: setup
 	GRPO_QUICK=1 GRPO_WHEEL_SMOKE=1 TORCH_INDEX=$(TORCH_INDEX) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests notebooks/labs notebooks/06_llm_grpo_math.ipynb
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -m numerics tests
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) -m numerics tests
 
 lint: setup
 	$(VENV)/bin/ruff check .

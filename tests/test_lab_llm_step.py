@@ -506,11 +506,12 @@ def quick(monkeypatch):
     monkeypatch.setenv("GRPO_QUICK", "1")
 
 
-@pytest.mark.parametrize("fn", [reference_step, package_step])
-def test_training_with_a_right_step_passes(quick, fn):
-    checks.check_training(fn)
-    if fn is reference_step:
-        checks.check_training(fn, seed=GRADER_SEEDS[0])
+def test_training_with_a_right_step_passes(quick):
+    """The lab's solution learns from the public seed and from the grader's. (The package's own
+    step gives the same runs: ``test_step_reference_and_package_pass`` checks the two steps
+    agree, so training it again would add a minute and no new case.)"""
+    checks.check_training(reference_step)
+    checks.check_training(reference_step, seed=GRADER_SEEDS[0])
 
 
 def test_training_seed_is_fixed_per_use():

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from lab_helpers import PACKAGE_ANSWERS_01, filled_lab  # tests/ is this script's folder
@@ -41,7 +42,9 @@ TEST_TOOLS = ("pytest", "nbval", "pytest-xdist")  # to run the notebooks, nothin
 
 def run(cmd: list[str], cwd: Path, env: dict, expect: int = 0) -> subprocess.CompletedProcess:
     print("$", " ".join(cmd), flush=True)
+    start = time.perf_counter()
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    print(f"  ({time.perf_counter() - start:.1f} s)", flush=True)
     if done.returncode != expect:
         sys.exit(
             f"wheel smoke: {' '.join(cmd)} exited {done.returncode}, expected {expect}\n"
@@ -91,7 +94,10 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
 
     # the sdist first, then the wheel from it: what MANIFEST.in leaves out, the wheel lacks
     dist = work / "dist"
-    run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], ROOT, base_env)
+    # --no-isolation: the build backend is this venv's setuptools (pyproject's floor holds; the
+    # [dev] extra installs `build`), not one downloaded into a fresh build env for each build
+    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+        ROOT, base_env)  # fmt: skip
     (wheel,) = dist.glob("grpo_minimal-*.whl")
     venv = work / "venv"
     run([sys.executable, "-m", "venv", str(venv)], work, base_env)
@@ -108,7 +114,7 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
     run([*cli, "cartpole", "--total-env-steps", "3000", "--out", "cp", "--no-progress"], empty, env)
     summary(run([*cli, "evaluate", "cartpole", "--policy", "cp/policy.pt", "--episodes", "5"],
                 empty, env))  # fmt: skip
-    math = ["math", "--max-steps", "3", "--no-progress"]
+    math = ["math", "--max-steps", "3", "--eval-n", "100", "--no-progress"]
     wheel_run = summary(run([*cli, *math, "--out", "m"], empty, env))
     checkout_run = summary(run([sys.executable, "-m", "grpo_minimal", *math, "--out",
                                 str(work / "checkout-m")], ROOT, base_env))  # fmt: skip
@@ -142,8 +148,10 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
             folder.mkdir(parents=True)
             shutil.copy(notebook, folder)
         parallel = ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
-        run([python, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", *parallel,
-             str(alone)], alone, dict(env, GRPO_QUICK="1"))  # fmt: skip
+        ran = run([python, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q",
+                   "--durations=0", "--durations-min=5", *parallel, str(alone)],
+                  alone, dict(env, GRPO_QUICK="1"))  # fmt: skip
+        print(ran.stdout[ran.stdout.find("slowest"):].strip() if "slowest" in ran.stdout else "")
 
     # 4. with the labs extra, a solved lab passes its checks, and an instructor's folder (the
     # lab sources copied beside nothing else) builds the lab and grades it full marks
