@@ -20,6 +20,8 @@ from .lm_model import eos_token_ids
 
 SAMPLING_LOOP_MAX_PARAMETERS = 10_000_000
 """``uses_sampling_loop``: models up to this size sample through the loop on a CPU."""
+SAMPLERS = ("generate", "loop")
+"""``sample_completions``'s ``sampler`` values."""
 
 
 @dataclass
@@ -78,8 +80,16 @@ def output_cache(out):
 
 
 def uses_sampling_loop(model) -> bool:
-    """The rule for step 1's sampler: ``sample_with_kv_cache`` for a model on the CPU with at most
-    ``SAMPLING_LOOP_MAX_PARAMETERS`` parameters, ``model.generate`` otherwise.
+    """The rule for step 1's sampler: ``sample_with_kv_cache`` for a small model on the CPU that
+    the loop can drive, ``model.generate`` otherwise. The loop needs all of:
+
+    - the CPU, and at most ``SAMPLING_LOOP_MAX_PARAMETERS`` parameters;
+    - a decoder-only model (no ``config.is_encoder_decoder``);
+    - a forward that names ``position_ids``, ``logits_to_keep``, ``use_cache`` and the cache
+      argument (a forward taking them only through ``**kwargs`` may ignore them);
+    - a forward of one token with those arguments that returns one position's logits and a
+      cache with ``batch_repeat_interleave`` (transformers' ``DynamicCache``; not a recurrent
+      model's state or a legacy tuple). This probe runs in eval mode and draws no random numbers.
 
     A small model's step on a CPU is mostly per-call overhead, and ``generate`` adds its own to
     every token; the loop is checked token for token against ``generate`` on the course's small
@@ -87,8 +97,25 @@ def uses_sampling_loop(model) -> bool:
     forward's arithmetic dominates, and ``generate`` handles what the loop does not (compiled
     forwards, static and hybrid caches, other models' quirks).
     """
-    on_cpu = next(model.parameters()).device.type == "cpu"
-    return on_cpu and sum(p.numel() for p in model.parameters()) <= SAMPLING_LOOP_MAX_PARAMETERS
+    device = next(model.parameters()).device
+    size = sum(p.numel() for p in model.parameters())
+    if device.type != "cpu" or size > SAMPLING_LOOP_MAX_PARAMETERS:
+        return False
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return False
+    named = inspect.signature(model.forward).parameters
+    if not {"position_ids", "logits_to_keep", "use_cache", cache_argument(model)} <= set(named):
+        return False
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            one = torch.zeros(1, 1, dtype=torch.long, device=device)
+            out = model(input_ids=one, position_ids=one, use_cache=True, logits_to_keep=1)
+    finally:
+        model.train(was_training)
+    cache = output_cache(out)
+    return out.logits.shape[:2] == (1, 1) and hasattr(cache, "batch_repeat_interleave")
 
 
 def nucleus_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -114,6 +141,9 @@ def sample_with_kv_cache(
     torch's random generator (transformers' ``_sample``), without its per-token bookkeeping.
     One forward over the P prompts fills the key/value cache; the G rows of a group copy it
     (``repeat_interleave``: exact). Then each new token is one forward of one token per row.
+    (``generate`` runs the prompt pass over all P * G rows: a matmul over another number of rows
+    may round differently, so the first token's logits can differ in the last bits; on the
+    course's models the draws are the same, ``tests/test_sampling_loop.py``.)
     A row that has emitted an EOS gets ``pad_id`` from then on (equation (15) masks it); the
     loop stops when every row has, or after ``max_new_tokens``.
     """
@@ -194,11 +224,17 @@ def sample_completions(
     ``sampler`` draws them: ``"generate"`` (the default) through one batched ``generate`` call
     (``generate_completions``), ``"loop"`` through ``sample_with_kv_cache``: the same draws,
     faster for small models on a CPU (``uses_sampling_loop``, the trainer's rule).
+
+    Prompts are padded on the left whatever the tokenizer's ``padding_side`` (as TRL does): new
+    tokens follow each prompt's last token, never a pad.
     """
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
     G = num_generations
     device = next(model.parameters()).device
     eos_ids = list(eos_ids or eos_token_ids(model, tokenizer))
-    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left",
+                    add_special_tokens=False)  # fmt: skip
     prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
     draw = sample_with_kv_cache if sampler == "loop" else generate_completions
     was_training = model.training

@@ -41,6 +41,7 @@ __all__ = [
     "count_overlap",
     "gsm8k_final_answer",
     "gsm8k_row",
+    "held_out_key",
     "load_arithmetic",
     "load_gsm8k",
     "load_gsm8k_sample",
@@ -252,9 +253,10 @@ def load_train_eval_rows(
 ) -> tuple[list[dict], list[dict]]:
     """Training rows of ``dataset`` and the first ``eval_n`` held-out rows (``load_eval_rows``).
 
-    Evaluation rows whose prompt is also a training prompt are an error (some datasets, e.g.
-    ``gsm8k_sample`` or a ``.jsonl`` file, have one split, so ``eval_split`` cannot separate
-    them), unless ``allow_overlap`` (``MathConfig.allow_eval_overlap``) asks for it knowingly.
+    Evaluation rows that are also training problems (``count_overlap``) are an error (some
+    datasets, e.g. ``gsm8k_sample`` or a ``.jsonl`` file, have one split, so ``eval_split``
+    cannot separate them), unless ``allow_overlap`` (``MathConfig.allow_eval_overlap``) asks for
+    it knowingly.
     """
     train_rows = load_math_rows(dataset, "train")
     held_out, eval_rows = load_eval_rows(dataset, eval_split, eval_n)
@@ -263,10 +265,20 @@ def load_train_eval_rows(
     return train_rows, eval_rows
 
 
+def held_out_key(prompt: str) -> tuple[str, int, int] | str:
+    """What the held-out check compares: ``problem_key`` for an arithmetic prompt (``23+45=``
+    and ``45+23=`` are one problem), otherwise the prompt without surrounding spaces."""
+    try:
+        return problem_key(prompt.strip())
+    except ValueError:  # not an arithmetic prompt (a GSM8K question, a chat text)
+        return prompt.strip()
+
+
 def count_overlap(train_rows: Sequence[dict], eval_rows: Sequence[dict]) -> int:
-    """How many evaluation rows have a prompt (ignoring surrounding spaces) seen in training."""
-    seen = {row["prompt"].strip() for row in train_rows}
-    return sum(row["prompt"].strip() in seen for row in eval_rows)
+    """How many evaluation rows are a problem seen in training (``held_out_key``: swapped
+    operands of ``+`` or ``*`` and surrounding spaces are the same problem)."""
+    seen = {held_out_key(row["prompt"]) for row in train_rows}
+    return sum(held_out_key(row["prompt"]) in seen for row in eval_rows)
 
 
 def check_held_out(
@@ -277,7 +289,8 @@ def check_held_out(
     overlap = count_overlap(train_rows, eval_rows)
     if overlap and not allow_overlap:
         raise ValueError(
-            f"{overlap} of {len(eval_rows)} evaluation prompts are also training prompts{where}, "
+            f"{overlap} of {len(eval_rows)} evaluation prompts are also training prompts{where} "
+            "(compared as problems: 23+45= and 45+23= are one, data.problem_key), "
             "so the accuracy would not be held out; give held-out rows (eval_split=FILE.jsonl, "
             "--eval-split) or set allow_eval_overlap=True (--allow-eval-overlap true) to "
             "measure on training problems knowingly"

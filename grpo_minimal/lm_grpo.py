@@ -16,7 +16,8 @@ the shared core) whose docstring names its equation. Symbols follow the notebook
    (only when ``beta > 0``), both fixed during the update.
 5. **The loss and the optimizer step**, ``num_iterations`` times: ``losses.grpo_loss``,
    equations (5)-(9), on each of ``gradient_accumulation_steps`` micro-batches of whole groups,
-   backward, gradient-norm clipping, one AdamW step, the learning-rate schedule.
+   backward, gradient-norm clipping, one AdamW step (weight decay spares biases and norm gains,
+   as in TRL), the learning-rate schedule.
 6. **Reference refresh**: with ``ref_update_every > 0`` the reference becomes a copy of the
    policy every that many steps.
 
@@ -27,6 +28,7 @@ autocast (``device.py``). The training loop, evaluation and checkpoints are in `
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Sequence
 
@@ -85,6 +87,34 @@ def completion_logps(
     return logps, entropy
 
 
+# the HF Trainer's names for the parameters it does not decay (transformers 5.24.0,
+# ``Trainer.get_decay_parameter_names``): biases and normalization weights
+NO_DECAY_NAMES = re.compile(r"bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.)")
+
+
+def decay_parameter_names(model) -> set[str]:
+    """The trained parameters AdamW decays: all but biases and normalization gains, by the rule
+    TRL's ``GRPOTrainer`` inherits from the HF Trainer (transformers 5.24.0,
+    ``Trainer.get_decay_parameter_names`` over ``trainer_pt_utils.get_parameter_names``): a
+    parameter is spared when it sits in an ``nn.LayerNorm`` or its lower-cased name matches
+    ``NO_DECAY_NAMES``. Decay pulls a weight towards 0; an RMSNorm gain of 0 would silence its
+    layer. (``tests/test_config_wiring.py`` holds the rule to the Trainer's.)"""
+    norms = [name + "." for name, module in model.named_modules()
+             if name and isinstance(module, torch.nn.LayerNorm)]  # fmt: skip
+    return {name for name, p in model.named_parameters()
+            if p.requires_grad and not name.startswith(tuple(norms))
+            and not NO_DECAY_NAMES.search(name.lower())}  # fmt: skip
+
+
+def adamw_groups(model, weight_decay: float) -> list[dict]:
+    """AdamW's two parameter groups, as the HF Trainer builds them: ``weight_decay`` on the
+    parameters ``decay_parameter_names`` names, 0 on the other trained ones."""
+    decay = decay_parameter_names(model)
+    trained = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    return [{"params": [p for name, p in trained if name in decay], "weight_decay": weight_decay},
+            {"params": [p for name, p in trained if name not in decay], "weight_decay": 0.0}]  # fmt: skip
+
+
 class LMGRPOTrainer:
     """Holds the policy, the reference, AdamW and the config; ``step(rows)`` is one GRPO step."""
 
@@ -113,7 +143,7 @@ class LMGRPOTrainer:
         self.reference = copy.deepcopy(model).requires_grad_(False).eval() if cfg.beta > 0 else None
         # fused: one kernel for all parameters (TRL's default, adamw_torch_fused, does the same)
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=True
+            adamw_groups(model, cfg.weight_decay), lr=cfg.learning_rate, fused=True
         )
         # linear: the rate falls to 0 at the last optimizer step of max_steps (TRL's default)
         self.scheduler = get_scheduler(cfg.lr_scheduler_type, self.optimizer, num_warmup_steps=0,

@@ -325,12 +325,17 @@ def case_gradient_checkpointing(tiny, tmp_path):
 
 
 def case_weight_decay(tiny, tmp_path):
-    # AdamW's decoupled decay: the same step with decay w moves each weight by -lr * w * weight
+    # AdamW's decoupled decay: the same step with decay w moves each decayed weight by
+    # -lr * w * weight; biases and norm gains are not decayed (as in TRL: the tests below)
     plain = one_step(tiny, weight_decay=0.0)
     decayed = one_step(tiny, weight_decay=0.5)
-    assert decayed.trainer.optimizer.param_groups[0]["weight_decay"] == 0.5
-    for a, b, p in zip(decayed.after, plain.after, plain.before, strict=True):
-        torch.testing.assert_close(a - b, -1e-3 * 0.5 * p, rtol=1e-3, atol=1e-8)
+    assert [g["weight_decay"] for g in decayed.trainer.optimizer.param_groups] == [0.5, 0.0]
+    names = [name for name, _ in decayed.trainer.model.named_parameters()]
+    spared = {name for name in names if name.endswith(".bias") or "norm" in name}
+    assert 0 < len(spared) < len(names)  # the tiny Qwen2 has q/k/v biases and RMSNorm gains
+    for name, a, b, p in zip(names, decayed.after, plain.after, plain.before, strict=True):
+        expected = torch.zeros_like(p) if name in spared else -1e-3 * 0.5 * p
+        torch.testing.assert_close(a - b, expected, rtol=1e-3, atol=1e-8, msg=name)
 
 
 def case_lr_scheduler_type(tiny, tmp_path):
@@ -709,6 +714,65 @@ def test_trl_trainer_samples_from_the_template(tiny, tmp_path):
 def test_trl_trainer_keeps_a_reference_only_with_beta(tiny, tmp_path):
     assert trl_trainer(tiny, tmp_path, beta=0.0).ref_model is None
     assert trl_trainer(tiny, tmp_path, beta=0.04).ref_model is not None
+
+
+def decay_split(model, optimizer) -> tuple[set[str], set[str]]:
+    """The names of the parameters ``optimizer`` decays, and of those it does not."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    split: tuple[set[str], set[str]] = (set(), set())
+    for group in optimizer.param_groups:
+        split[group["weight_decay"] == 0].update(names[id(p)] for p in group["params"])
+    return split
+
+
+def gpt2_model():
+    """A small random GPT-2: its norms are ``nn.LayerNorm`` modules whose names (``ln_1``, ``ln_f``)
+    hold no "norm", and every linear layer has a bias."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=2,
+                                      n_head=2))  # fmt: skip
+
+
+def test_weight_decay_spares_what_trl_spares(tiny, tmp_path):
+    # TRL's GRPOTrainer builds its AdamW with the HF Trainer's create_optimizer: two groups, no
+    # decay on biases and norm gains. Ours has the same two groups, on the shipped model and on
+    # a GPT-2 (nn.LayerNorm by type rather than by name).
+    from transformers import Trainer, TrainingArguments
+
+    from grpo_minimal.lm_grpo import decay_parameter_names
+
+    trl = trl_trainer(tiny, tmp_path, weight_decay=0.1)
+    ours = LMGRPOTrainer(trl_cfg(weight_decay=0.1), copy.deepcopy(tiny[0]), tiny[1])
+    expected = decay_split(trl.model, trl.create_optimizer())
+    assert expected[0] and expected[1]
+    assert decay_split(ours.model, ours.optimizer) == expected
+    gpt2 = gpt2_model()
+    args = TrainingArguments(output_dir=str(tmp_path / "hf"), weight_decay=0.1, use_cpu=True,
+                             report_to=[])  # fmt: skip
+    hf = decay_split(gpt2, Trainer(model=gpt2, args=args).create_optimizer())
+    assert any(".ln_" in name for name in hf[1]) and any(".bias" in name for name in hf[1])
+    assert decay_parameter_names(gpt2) == hf[0]
+
+
+def test_weight_decay_updates_as_trl(tiny, tmp_path):
+    # the same gradients, two AdamW steps with weight_decay 0.1: the same weights as TRL's
+    trl = trl_trainer(tiny, tmp_path, weight_decay=0.1, learning_rate=1e-2)
+    theirs = trl.create_optimizer()
+    ours = LMGRPOTrainer(trl_cfg(weight_decay=0.1, learning_rate=1e-2), copy.deepcopy(tiny[0]),
+                         tiny[1])  # fmt: skip
+    pairs = list(zip(ours.model.parameters(), trl.model.parameters(), strict=True))
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        for a, b in pairs:
+            a.grad = torch.randn(a.shape, generator=generator)
+            b.grad = a.grad.clone()
+        ours.optimizer.step()
+        theirs.step()
+    names = [name for name, _ in ours.model.named_parameters()]
+    for name, (a, b) in zip(names, pairs, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
 def train_trl(tiny, tmp_path, eval_rows=EVAL_ROWS, **overrides):

@@ -13,6 +13,8 @@ import pytest
 from grpo_minimal.data import (
     ARITHMETIC_SPLITS,
     DATA_DIR,
+    check_held_out,
+    count_overlap,
     gsm8k_final_answer,
     gsm8k_row,
     load_arithmetic,
@@ -20,6 +22,7 @@ from grpo_minimal.data import (
     load_gsm8k_sample,
     load_jsonl,
     load_math_dataset,
+    load_train_eval_rows,
     read_jsonl,
 )
 from grpo_minimal.rewards import accuracy_reward, parse_gold
@@ -165,3 +168,27 @@ def test_load_gsm8k_without_datasets(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(ImportError, match=r"needs the \[gpu\] extra \(missing: datasets\)"):
         load_gsm8k("train")
+
+
+def test_the_held_out_check_compares_problems_not_strings(tmp_path):
+    """An evaluation file of training problems with their operands swapped is not held out
+    (``problem_key``: 23+45= and 45+23= are one problem); subtraction is not swapped, and a
+    prompt that is not arithmetic is compared as text."""
+    train = load_arithmetic("train")
+    swapped = []
+    for row in train[:3]:
+        a, b = row["prompt"].rstrip("=").split("+")
+        swapped.append({"prompt": f"{b}+{a}=", "answer": row["answer"]})
+    assert all(s["prompt"] != r["prompt"] for s, r in zip(swapped, train, strict=False))
+    path = tmp_path / "swapped.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in swapped))
+    with pytest.raises(ValueError, match=r"3 of 3 evaluation prompts are also training prompts"
+                       r".*45\+23= are one, data\.problem_key"):  # fmt: skip
+        load_train_eval_rows("arithmetic", str(path), 3)
+    _, rows = load_train_eval_rows("arithmetic", str(path), 3, allow_overlap=True)
+    assert rows == swapped
+    assert count_overlap([{"prompt": "45-23="}, {"prompt": " 2*9="}],
+                         [{"prompt": "23-45="}, {"prompt": "9*2= "}]) == 1  # fmt: skip
+    question = "Tom has 3+4 apples. How many?"
+    assert count_overlap([{"prompt": question}], [{"prompt": f" {question}"}]) == 1
+    assert check_held_out(train, load_arithmetic("test"), allow_overlap=False) == 0

@@ -245,31 +245,54 @@ def test_grpo_makes_the_cold_start_write_steps_and_get_more_right():
     assert 0 <= history[-1]["reasoning_rate"] <= 1  # the trainer logs how the samples reason
 
 
-def test_think_probability_reads_the_first_token():
-    """pi(<think> | prompt) from the last prompt position, averaged; a tokenizer without the
-    tag is refused."""
-    import math
-    from types import SimpleNamespace
+# 4 to 8 tokens: in one batch, left padding of 0 to 4 tokens
+THINK_PROMPTS = ["7+5=", "12+345=", "964+494=", "1+23=", "5000+6="]
 
+
+def gpt2_with_the_reasoning_vocabulary(tokenizer):
+    """A small random GPT-2: learned absolute position embeddings, where a prompt's positions
+    matter in exact arithmetic (RoPE, in the shipped model, sees only relative positions)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.eos_token_id,
+                        eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    return GPT2LMHeadModel(config).eval()
+
+
+@pytest.mark.parametrize("architecture", ["shipped", "absolute positions"])
+def test_think_probability_of_a_padded_batch_is_each_prompt_alone(architecture):
+    """pi(<think> | prompt) over prompts of different lengths, in one left-padded batch, is the
+    mean of each prompt's own: the softmax of the last position of one forward of the prompt
+    alone (no padding, positions 0, 1, ...).
+
+    In float64 the two differ only by float64 rounding (at most 1e-17 observed on the means, 3e-16
+    on single prompts), so the tolerance is 1e-12. A position mistake (no position ids: each
+    padded prompt shifted by its padding) moves the shipped model's mean by 2e-9 (RoPE's angles
+    are computed in float32, so shifted positions round differently; in exact arithmetic RoPE
+    sees only relative positions) and the GPT-2's by 5e-3; a padding mistake (right padding, no
+    attention mask) by 2e-3 to 0.13."""
     import torch
 
     from grpo_minimal.course.reasoning import think_probability
-    from grpo_minimal.lm_model import load_tokenizer
+    from grpo_minimal.lm_model import load_model, load_tokenizer
 
-    tokenizer = load_tokenizer("tiny-reasoning")
-    think, vocabulary = tokenizer.convert_tokens_to_ids("<think>"), len(tokenizer)
+    model, tokenizer = load_model("tiny-reasoning", torch.device("cpu"))
+    if architecture != "shipped":
+        model = gpt2_with_the_reasoning_vocabulary(tokenizer)
+    model = model.to(torch.float64)
+    think = tokenizer.convert_tokens_to_ids("<think>")
+    lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in THINK_PROMPTS]
+    assert len(set(lengths)) > 2  # the batch is padded, by different amounts
 
-    class Stub(torch.nn.Module):  # every position: logit log 3 for <think>, 0 for the rest
-        def __init__(self):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.zeros(1))
+    def alone(prompt: str) -> float:
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            return model(input_ids=ids).logits[0, -1].softmax(-1)[think].item()
 
-        def forward(self, input_ids, attention_mask):
-            logits = torch.zeros(*input_ids.shape, vocabulary)
-            logits[..., think] = math.log(3.0)
-            return SimpleNamespace(logits=logits)
-
-    p = think_probability(Stub(), tokenizer, ["1+2=", "300+4="])
-    assert p == pytest.approx(3 / (3 + vocabulary - 1))
+    expected = sum(alone(p) for p in THINK_PROMPTS) / len(THINK_PROMPTS)
+    assert think_probability(model, tokenizer, THINK_PROMPTS) == pytest.approx(expected, abs=1e-12)
     with pytest.raises(ValueError, match="no <think> token"):
-        think_probability(Stub(), load_tokenizer("tiny"), ["1+2="])
+        think_probability(model, load_tokenizer("tiny"), ["1+2="])

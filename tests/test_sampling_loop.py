@@ -1,21 +1,37 @@
 """Step 1's two samplers make the same draws: ``sample_with_kv_cache`` (the loop over the model's
 own key/value cache) against one batched ``model.generate`` call.
 
-Same tokens, same completions and the same state of torch's random generator afterwards: the
-loop sees bit-identical logits and calls the generator as transformers' ``_sample`` does. On the
-course's two small models (the tiny arithmetic model; the stand-in, whose two end tokens include
-its pad token), with and without left padding, temperature 1 and 0.7, top-p 1 and 0.9. A changed
-draw would change every committed result that trains the model (notebooks 06-08,
-``bench/results/``). CPU only, a few seconds, no timing asserted.
+Same tokens, same completions and the same state of torch's random generator afterwards, from
+the same sampling distributions (every probability vector handed to ``torch.multinomial``): the
+loop calls the generator as transformers' ``_sample`` does, on the same logits. Bit for bit at
+every token after the first; the first token's logits come from the prompt pass, which the loop
+runs over the P prompts and ``generate`` over the P * G rows, and a matmul over another number
+of rows may round differently (on the stand-in in float32 the logits differ by up to 2.4e-6 and
+the probabilities by 3e-10), so that one distribution is compared up to the rounding of the
+compute dtype. On the course's two small models (the tiny arithmetic model; the stand-in, whose
+two end tokens include its pad token), with and without left padding, temperature 1 and 0.7,
+top-p 1 and 0.9, in float32 and under bfloat16 autocast (``--dtype bfloat16`` on a CPU). A
+changed draw would change every committed result that trains the model (notebooks 06-08,
+``bench/results/``). Also: which models the trainer lets the loop drive, a right-padding
+tokenizer, an unknown ``sampler``. CPU only, a few seconds, no timing asserted.
 """
 
 from __future__ import annotations
+
+import copy
+import functools
 
 import pytest
 import torch
 
 from grpo_minimal import completions
-from grpo_minimal.completions import sample_completions, sample_with_kv_cache, uses_sampling_loop
+from grpo_minimal.completions import (
+    SAMPLERS,
+    output_cache,
+    sample_completions,
+    sample_with_kv_cache,
+    uses_sampling_loop,
+)
 from grpo_minimal.data import DATA_DIR, load_math_rows
 from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.lm_model import format_prompt, load_model
@@ -42,23 +58,43 @@ def standin():
 
 
 def draw_both(model, tokenizer, prompts, seed, **settings):
-    """The same draw through each sampler, from the same seed; and the generator's state after."""
+    """The same draw through each sampler, from the same seed: (rollout, the generator's state
+    after, the probabilities each call of ``torch.multinomial`` drew from)."""
     out = {}
+    multinomial = torch.multinomial
     for sampler in ("generate", "loop"):
+        seen = []
+
+        def spy(probs, *args, seen=seen, **kwargs):
+            seen.append(probs.clone())
+            return multinomial(probs, *args, **kwargs)
+
         torch.manual_seed(seed)
-        rollout = sample_completions(model, tokenizer, [{}] * len(prompts), prompts,
-                                     sampler=sampler, **settings)  # fmt: skip
-        out[sampler] = rollout, torch.get_rng_state()
+        torch.multinomial = spy
+        try:
+            rollout = sample_completions(model, tokenizer, [{}] * len(prompts), prompts,
+                                         sampler=sampler, **settings)  # fmt: skip
+        finally:
+            torch.multinomial = multinomial
+        out[sampler] = rollout, torch.get_rng_state(), seen
     return out["generate"], out["loop"]
 
 
-def assert_same_draws(a, b):
-    (ga, state_a), (gb, state_b) = a, b
+def assert_same_draws(a, b, dtype=torch.float32):
+    """The same draws, from the same distributions: bit for bit after the first token, the first
+    (from the prompt pass over P or P * G rows) up to torch's default tolerance for ``dtype``,
+    the precision the logits were computed in."""
+    (ga, state_a, probs_a), (gb, state_b, probs_b) = a, b
     assert ga.completion_ids.shape == gb.completion_ids.shape
     assert torch.equal(ga.completion_ids, gb.completion_ids)
     assert torch.equal(ga.completion_mask, gb.completion_mask)
     assert ga.completions == gb.completions
     assert torch.equal(state_a, state_b)  # the generator was called the same way
+    assert len(probs_a) == len(probs_b)
+    if probs_a:
+        rtol = {torch.float32: 1.3e-6, torch.bfloat16: 1.6e-2}[dtype]  # torch's defaults
+        torch.testing.assert_close(probs_a[0], probs_b[0], rtol=rtol, atol=1e-5)
+    assert all(torch.equal(p, q) for p, q in zip(probs_a[1:], probs_b[1:], strict=True))
 
 
 @pytest.mark.parametrize("temperature, top_p", SETTINGS)
@@ -85,6 +121,27 @@ def test_the_loop_draws_what_generate_draws_on_the_standin(standin, temperature,
         generated, looped = draw_both(model, tokenizer, prompts, seed, num_generations=4,
                                       max_new_tokens=12, temperature=temperature, top_p=top_p)  # fmt: skip
         assert_same_draws(generated, looped)
+
+
+@pytest.mark.parametrize("model_name", ["tiny", "standin"])
+def test_the_loop_draws_what_generate_draws_under_bf16_autocast(request, model_name):
+    """Under bfloat16 autocast (``--dtype bfloat16`` on a CPU) the same identity holds: the same
+    draws, from distributions equal bit for bit after the first token (the same bf16 matmuls on
+    the same rows; both samplers cast the bf16 logits to float32 before the softmax), the first
+    up to bf16 rounding (here it was exact too). Sampling from the bf16 scores themselves would
+    move every distribution by about bf16's resolution and fail this, not the float32 tests."""
+    model, tokenizer = request.getfixturevalue(model_name)
+    if model_name == "tiny":
+        prompts, settings = TINY_PROMPTS["padded"], {"num_generations": 8, "max_new_tokens": 5}
+    else:
+        prompts = [format_prompt(q, tokenizer, "r1") for q in STANDIN_QUESTIONS]
+        settings = {"num_generations": 4, "max_new_tokens": 12}
+    for seed, (temperature, top_p) in enumerate([(1.0, 1.0), (0.7, 0.9)]):
+        amp = torch.autocast("cpu", dtype=torch.bfloat16)
+        generated, looped = draw_both(model, tokenizer, prompts, seed, temperature=temperature,
+                                      top_p=top_p, amp=amp, **settings)  # fmt: skip
+        assert_same_draws(generated, looped, torch.bfloat16)
+        assert generated[2] and generated[2][0].dtype == torch.float32
 
 
 def test_greedy_decoding_is_the_same_too(tiny):
@@ -133,6 +190,72 @@ def test_the_trainer_samples_through_the_loop_only_for_small_models_on_the_cpu(t
     monkeypatch.setattr(completions, "SAMPLING_LOOP_MAX_PARAMETERS", 1000)  # a "real" model
     assert not uses_sampling_loop(model)
     assert LMGRPOTrainer(cfg, model, tokenizer).sampler == "generate"
+
+
+def variant(tiny, forward):
+    """A model of the tiny model's class and config (fresh weights) whose forward is ``forward``."""
+    return type("Variant", (type(tiny[0]),), {"forward": forward})(tiny[0].config).eval()
+
+
+def test_the_loop_is_chosen_only_for_a_model_it_can_drive(tiny):
+    """Small and on the CPU is not enough: the loop also needs a decoder-only model whose
+    forward names position_ids, logits_to_keep and the cache, and returns a cache that
+    ``batch_repeat_interleave``s. Any other small model samples through ``generate``."""
+    from transformers import MambaConfig, MambaForCausalLM, T5Config, T5ForConditionalGeneration
+
+    base = type(tiny[0])
+
+    def hidden(self, input_ids, attention_mask=None, **kwargs):  # the arguments in **kwargs
+        return base.forward(self, input_ids, attention_mask=attention_mask, **kwargs)
+
+    @functools.wraps(base.forward)
+    def legacy(self, *args, **kwargs):  # a cache without batch_repeat_interleave
+        out = base.forward(self, *args, **kwargs)
+        layers = output_cache(out).layers  # as the legacy tuple of (keys, values) per layer
+        out["cache" if "cache" in out else "past_key_values"] = tuple(
+            (layer.keys, layer.values) for layer in layers
+        )
+        return out
+
+    t5 = T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32,
+                                             num_layers=1, num_heads=2))  # fmt: skip
+    mamba = MambaForCausalLM(MambaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2,
+                                         state_size=4))  # fmt: skip
+    others = {"encoder-decoder": t5, "recurrent": mamba, "arguments in **kwargs":
+              variant(tiny, hidden), "legacy cache": variant(tiny, legacy)}  # fmt: skip
+    assert {name: uses_sampling_loop(m) for name, m in others.items()} == dict.fromkeys(others, False)
+    model, was_training = tiny[0], tiny[0].training
+    model.train()  # the probe: in eval mode, no random numbers, the mode restored
+    state = torch.get_rng_state()
+    try:
+        assert uses_sampling_loop(model) and model.training
+    finally:
+        model.train(was_training)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_a_right_padding_tokenizer_still_pads_prompts_on_the_left(tiny):
+    """The new tokens follow each prompt's last token: the same draws as the left-padding
+    tokenizer, through either sampler; the tokenizer itself is left as it was."""
+    model, tokenizer = tiny
+    right = copy.deepcopy(tokenizer)
+    right.padding_side = "right"
+    for sampler in SAMPLERS:
+        draws = []
+        for tok in (tokenizer, right):
+            torch.manual_seed(0)
+            draws.append(sample_completions(model, tok, [{}] * 4, TINY_PROMPTS["padded"],
+                                            num_generations=4, max_new_tokens=5, sampler=sampler))  # fmt: skip
+        assert torch.equal(draws[0].prompt_ids, draws[1].prompt_ids)
+        assert torch.equal(draws[0].completion_ids, draws[1].completion_ids)
+    assert right.padding_side == "right"
+
+
+def test_an_unknown_sampler_is_an_error(tiny):
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match=r"sampler must be one of \('generate', 'loop'\), got 'lop'"):
+        sample_completions(model, tokenizer, [{}], ["1+2="], num_generations=2, max_new_tokens=2,
+                           sampler="lop")  # fmt: skip
 
 
 def test_training_steps_are_the_same_with_either_sampler():

@@ -118,15 +118,25 @@ def make_length_penalty(tokenizer, per_token: float):
 
 
 @torch.no_grad()
+@torch.no_grad()
 def think_probability(model, tokenizer, prompts: Sequence[str]) -> float:
     """Mean over ``prompts`` of pi(``<think>`` | prompt) at temperature 1: the share of sampled
-    completions that open a think block, in expectation, without sampling noise."""
+    completions that open a think block, in expectation, without sampling noise.
+
+    One forward over the prompts, left-padded, with the position ids the training step gives
+    them (``lm_grpo.completion_logits``): each prompt's tokens sit at 0, 1, ... whatever its
+    padding, so a prompt's probability is the one it has alone. The last position is then every
+    prompt's own last token."""
     think = tokenizer.convert_tokens_to_ids("<think>")
     if think is None or think == tokenizer.unk_token_id:
         raise ValueError("the tokenizer has no <think> token")
-    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
-    enc = {k: v.to(next(model.parameters()).device) for k, v in enc.items()}
-    logits = model(**enc).logits[:, -1].float()  # left padding: the last position is the prompt's
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left",
+                    add_special_tokens=False)  # fmt: skip
+    device = next(model.parameters()).device
+    input_ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # left padding changes nothing
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # >= float32
     return logits.softmax(dim=-1)[:, think].mean().item()
 
 
