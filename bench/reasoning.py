@@ -5,10 +5,11 @@
 
 Each run trains one variant (``r1_zero.VARIANTS``: ``grpo``, ``no_steps``, ``length_penalty``,
 ``dr_grpo``) from its cold start with ``MathConfig.REASONING_DEFAULTS`` and scores it on the
-reasoning **test** split (greedy, 500 problems), which decides nothing here: the settings were
-chosen on seeds 5-9 against problems in no shipped split. Results are appended to
-``bench/results/reasoning.json`` (notebook 10 reads it) one run at a time, each stamped with the
-machine and the date; an interrupted sweep resumes where it stopped (runs already in the file,
+reasoning **test** split (greedy, 500 problems), which decides nothing here: the settings
+(200 steps, the length penalty) were chosen on seed 5 against 200 problems in no shipped
+split (``data/make_reasoning.py --fresh 200 --seed 2``), as ``bench/README.md`` records.
+Results are appended to ``bench/results/reasoning.json`` (notebook 10 reads it) one run at a
+time, each stamped with the machine and the date; an interrupted sweep resumes where it stopped (runs already in the file,
 same variant, seed and steps, are skipped). To use both cores, run two processes with different ``--out`` files and join
 their ``runs`` lists.
 """

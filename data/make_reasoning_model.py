@@ -11,21 +11,26 @@ What it does, top to bottom:
    R1 tag (``<think>``, ``</think>``, ``<answer>``, ``</answer>``) and ``<pad>``, ``<eos>``,
    ``<unk>``; a ``tokenizers`` ``WordLevel`` model saved as a ``PreTrainedTokenizerFast``;
 2. a Qwen2 causal LM from a config (random weights, about 0.8M parameters, context 64);
-3. supervised fine-tuning (the "cold start" of DeepSeek-R1, section 2.3.1) on
-   ``reasoning_train.jsonl`` minus its last ``VAL_SIZE`` problems, each target drawn once per
-   batch: with probability ``share`` the column sums then the answer
+3. supervised fine-tuning (the "cold start" of DeepSeek-R1, arXiv 2501.12948v1, section
+   2.3.1) on ``reasoning_train.jsonl`` minus its last ``VAL_SIZE`` problems, each target drawn
+   once per batch: with probability ``share`` the column sums then the answer
    (``<think>7+5=12 4+8+1=13 3+2+1=6</think><answer>632</answer>``), otherwise the answer alone
    (``<answer>632</answer>``); loss on the target tokens only. It stops at the first check
    (every ``CHECK_EVERY`` steps) where the written solutions of the ``VAL_SIZE`` held-back train
    problems reach ``TARGET_THINK_ACCURACY`` greedy accuracy. The model with no written targets
    stops at the first check where its greedy accuracy on those problems reaches the first
-   model's: RL starts both from the same accuracy, one able to write steps, one not;
+   model's: one able to write steps, one not. The checks are 50 steps apart, so it overshoots:
+   the shipped pair starts RL 8.7 points apart on the held-back problems (42.7% against 34.0%)
+   and 6.6 on the test problems (41.6% against 35.0%), and notebook 10 compares their gains as
+   well as their final accuracies;
 4. on the ``reasoning_test.jsonl`` problems (never used above): greedy accuracy as the model
    chooses, and with the first token forced to ``<think>`` or to ``<answer>``; the share of
    sampled completions (temperature 1) that write steps; all written to ``training_info.json``.
 
-``share`` is 0.2 for ``tiny_reasoning_lm`` (a minority habit that RL can find and grow: a group
-of 8 samples holds at least one written solution 83% of the time) and 0 for ``tiny_direct_lm``
+``share`` is 0.2 for ``tiny_reasoning_lm`` (a minority habit that RL can find and grow: at a 20%
+habit a group of 8 samples would hold at least one written solution 1 - 0.8^8 = 83% of the time;
+the shipped model opens a think block with probability 16.0% on average over the test prompts,
+and a group of 8 holds one 75.2% of the time, notebook 10) and 0 for ``tiny_direct_lm``
 (R1-Zero with nothing to reinforce). ``data/REASONING_MODEL.md`` records the shipped figures.
 """
 
@@ -183,8 +188,9 @@ def main() -> None:
     else:
         info = build(MODELS["tiny_reasoning_lm"], HERE / "tiny_reasoning_lm", args.seed,
                      args.steps)  # fmt: skip
-    # the model with no written targets stops at the first one's validation accuracy, so that
-    # RL starts both from the same accuracy and they differ in what they can write
+    # the model with no written targets stops at the first check reaching the first one's
+    # validation accuracy, so that they differ in what they can write; checks are CHECK_EVERY
+    # steps apart, so it may overshoot (the shipped pair: 42.7% against 34.0%)
     start = info["validation"]["accuracy"]
     build(MODELS["tiny_direct_lm"], HERE / "tiny_direct_lm", args.seed,
           stop=lambda val: val["accuracy"] >= start)  # fmt: skip

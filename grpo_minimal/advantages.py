@@ -9,7 +9,7 @@ G outputs with scalar rewards r_1..r_G.
     (4) discounted return   R_t = r_t + gamma * R_{t+1}
 
 Sources. (2) is GRPO's outcome-reward advantage: DeepSeekMath (Shao et al. 2024,
-arXiv:2402.03300, section 4.1.2) and DeepSeek-R1 (Guo et al. 2025, arXiv:2501.12948, eq. 3); both
+arXiv:2402.03300, section 4.1.2) and DeepSeek-R1 (Guo et al. 2025, arXiv:2501.12948v1, eq. 3); both
 divide by the group std and write no eps. (1), without the std, is Dr. GRPO's choice (Liu et al.
 2025, arXiv:2503.20783, section 3.1). (3) is RLOO (Kool et al. 2019; Ahmadian et al. 2024,
 arXiv:2402.14740).

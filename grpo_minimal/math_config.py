@@ -133,8 +133,9 @@ class MathConfig(ObjectiveConfig):
     }
 
     # Notebook 10's run (R1-Zero in miniature): the reasoning task and its cold start, with room
-    # for written column sums, and GRPO's own aggregation (DeepSeekMath's equation (3), which R1
-    # uses). Taken when the dataset is reasoning or the model one of its cold starts.
+    # for written column sums, and GRPO's per-sequence token mean (DeepSeekMath's equation (3);
+    # DeepSeek-R1, arXiv 2501.12948v1, writes its objective per sequence, eq. 1, and says nothing
+    # of token averaging). Taken when the dataset is reasoning or the model one of its cold starts.
     REASONING_DEFAULTS = {
         "model": "tiny-reasoning",
         "dataset": "reasoning",

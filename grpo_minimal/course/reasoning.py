@@ -1,7 +1,7 @@
 """The task of notebook 10, where written steps pay: three-digit addition, column by column.
 
 A problem is ``347+285=``. A completion may answer at once or write the column sums first, from
-the units up, in the DeepSeek-R1 format (arXiv 2501.12948, section 2.2.1, table 1)::
+the units up, in the DeepSeek-R1 format (arXiv 2501.12948v1, section 2.2.1, table 1)::
 
     direct     <answer>632</answer>
     reasoning  <think>7+5=12 4+8+1=13 3+2+1=6</think><answer>632</answer>
