@@ -47,11 +47,8 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "_shipped
 
 def layer(module: str) -> str:
     parts = module.split(".")
-    if len(parts) > 2 and parts[1] in ("course", "labs", "instructor"):
-        return parts[1]
-    if len(parts) == 2 and parts[1] in ("course", "labs", "instructor"):
-        return parts[1]  # the folder's own __init__
-    return "core"
+    # a module in a folder, or the folder's own __init__ (grpo_minimal.course)
+    return parts[1] if len(parts) >= 2 and parts[1] in ("course", "labs", "instructor") else "core"
 
 
 def _resolve(name: str) -> str | None:
