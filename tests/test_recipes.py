@@ -313,7 +313,6 @@ def test_a_batch_that_cannot_split_is_caught():
 # never, or dies), an `accelerate` that records whether the server was up when training started.
 FAKE_TRL = """\
 import http.server, os, sys, time
-open(os.path.join(os.environ["FAKE_DIR"], "server.pid"), "w").write(str(os.getpid()))
 if os.environ["FAKE_SERVER"] == "dies":
     sys.exit(3)
 time.sleep(0.5)  # loading the model
@@ -348,7 +347,16 @@ def run_server_recipe(tmp_path: Path, server: str, wait_s: int):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in (("trl", FAKE_TRL), ("accelerate", FAKE_ACCELERATE)):
-        (bin_dir / name).write_text(f"#!{sys.executable}\n{body}")
+        (bin_dir / f"{name}.py").write_text(body)
+    # `trl` writes its pid from sh before Python starts: a loaded machine can take longer than
+    # VLLM_WAIT_S to start Python, and the trap may stop the server before Python runs a line
+    (bin_dir / "trl").write_text(
+        f'#!/bin/sh\necho $$ > "$FAKE_DIR/server.pid"\nexec "{sys.executable}" "{bin_dir}/trl.py" "$@"\n'
+    )
+    (bin_dir / "accelerate").write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" "{bin_dir}/accelerate.py" "$@"\n'
+    )
+    for name in ("trl", "accelerate"):
         (bin_dir / name).chmod(0o755)
     (bin_dir / "python").symlink_to(sys.executable)
     with socket.socket() as s:
@@ -394,7 +402,7 @@ def test_vllm_server_recipe_trains_once_the_server_is_healthy_then_stops_it(tmp_
 @pytest.mark.parametrize("server", ["never", "dies"])
 def test_vllm_server_recipe_gives_up_with_one_clear_line(tmp_path, server):
     # a server that dies is seen at once, long before this wait runs out
-    wait_s = 1 if server == "never" else 30
+    wait_s = 2 if server == "never" else 30
     returncode, stderr, stopped, trained = run_server_recipe(tmp_path, server, wait_s)
     assert returncode == 1 and trained is None  # training never started
     message = stderr.strip().splitlines()[-1]
