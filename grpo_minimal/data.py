@@ -12,6 +12,9 @@ against (it reads the ``answer`` column by name). For TRL, wrap the rows with
 - ``load_reasoning(split)``: notebook 10's three-digit additions (``train`` / ``test``, written
   by ``data/make_reasoning.py``, seeded), each with its column sums (``steps``; see
   ``grpo_minimal.course.reasoning``). No problem is in both splits.
+- ``load_chat_arithmetic(split)``: notebook 11's questions for a chat model, ``What is 7 + 5?``
+  (``train`` / ``validation`` / ``test``, written by ``data/make_chat_arithmetic.py``). No problem
+  is in two splits.
 - ``load_gsm8k(split)``: GSM8K from the Hugging Face Hub through ``datasets`` (the GPU path; it
   needs the network and ``pip install datasets``). The gold is the number after ``####``.
 - ``load_gsm8k_sample()``: a 20-problem GSM8K-format file written by this project, no network.
@@ -26,6 +29,7 @@ held-out rows of a run, and refuses evaluation prompts that are also training pr
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,7 @@ __all__ = [
     "gsm8k_row",
     "held_out_key",
     "load_arithmetic",
+    "load_chat_arithmetic",
     "load_gsm8k",
     "load_gsm8k_sample",
     "load_jsonl",
@@ -61,10 +66,18 @@ DATA_DIR = shipped.data_dir()
 
 ARITHMETIC_SPLITS = ("train", "test", "mix_train", "mix_test")
 REASONING_SPLITS = ("train", "test")
+CHAT_ARITHMETIC_SPLITS = ("train", "validation", "test")
+
+
+_QUESTION_RE = re.compile(r"What is (\d+) ([-+*]) (\d+)\?")
 
 
 def problem_key(prompt: str) -> tuple[str, int, int]:
-    """The identity of a problem: ``23+45=`` and ``45+23=`` are the same problem."""
+    """The identity of a problem: ``23+45=`` and ``45+23=`` are the same problem, and so are
+    ``What is 7 + 5?`` and ``What is 5 + 7?`` (notebook 11's questions)."""
+    question = _QUESTION_RE.fullmatch(prompt)
+    if question:
+        prompt = "".join(question.groups())
     for op in "+-*":
         left, sep, right = prompt.rstrip("=").partition(op)
         if sep and left:
@@ -154,6 +167,14 @@ def load_arithmetic(split: str = "train", data_dir: str | Path | None = None) ->
     return load_jsonl(_shipped_or(data_dir, f"arithmetic_{split}.jsonl"))
 
 
+def load_chat_arithmetic(split: str = "train", data_dir: str | Path | None = None) -> list[dict]:
+    """Notebook 11's task for a chat model, ``train``, ``validation`` or ``test``: small sums and
+    differences asked as questions, ``{"prompt": "What is 7 + 5?", "answer": "12"}``."""
+    if split not in CHAT_ARITHMETIC_SPLITS:
+        raise ValueError(f"split must be one of {CHAT_ARITHMETIC_SPLITS}, got {split!r}")
+    return load_jsonl(_shipped_or(data_dir, f"chat_arithmetic_{split}.jsonl"))
+
+
 def load_reasoning(split: str = "train", data_dir: str | Path | None = None) -> list[dict]:
     """Notebook 10's split, ``train`` or ``test``: rows ``{"prompt", "answer"}``. The column
     sums (``steps`` in the file) are for the tests and the notebook: a reward never reads them."""
@@ -190,7 +211,7 @@ def load_gsm8k(split: str = "train") -> list[dict[str, str]]:
 
 def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
     """One name for every math source: ``arithmetic``, ``arithmetic_mix``, ``reasoning``,
-    ``gsm8k``, ``gsm8k_sample`` or a path to a ``.jsonl`` file (then ``split`` is ignored).
+    ``chat_arithmetic``, ``gsm8k``, ``gsm8k_sample`` or a path to a ``.jsonl`` file (then ``split`` is ignored).
 
     ``arithmetic_mix`` with split ``train`` reads ``mix_train``.
     """
@@ -200,6 +221,8 @@ def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
         return load_arithmetic(f"mix_{split}")
     if name == "reasoning":
         return load_reasoning(split)
+    if name == "chat_arithmetic":
+        return load_chat_arithmetic(split)
     if name == "gsm8k":
         return load_gsm8k(split)
     if name == "gsm8k_sample":
@@ -209,7 +232,8 @@ def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
             raise ValueError(f"dataset: no file {name}")
         return load_jsonl(name)
     raise ValueError(
-        f"dataset must be 'arithmetic', 'arithmetic_mix', 'reasoning', 'gsm8k', 'gsm8k_sample' or "
+        "dataset must be 'arithmetic', 'arithmetic_mix', 'reasoning', 'chat_arithmetic', 'gsm8k', "
+        "'gsm8k_sample' or "
         f"a .jsonl path, got {name!r}"
     )
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from . import shipped
+from . import fetch, shipped
 from .r1_format import R1_SYSTEM_PROMPT
 
 SHIPPED_MODELS = {
@@ -31,11 +31,15 @@ TINY_MODEL = SHIPPED_MODELS["tiny"]
 """The small model the course ships (built by ``data/make_tiny_model.py``)."""
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+FINAL_INSTRUCTION = "Give only the final answer in \\boxed{}."
+"""The ``final`` template's request (notebook 11): a 135M model asked to reason step by step
+writes long, wrong steps; asked for the answer alone it is right more often (data/README.md)."""
 
 
 def resolve_model_name(name: str) -> str:
     """``tiny``, ``tiny-reasoning`` and ``tiny-direct`` are the shipped model folders
-    (``SHIPPED_MODELS``); anything else is a local folder or a Hub id.
+    (``SHIPPED_MODELS``), ``smollm2-135m`` a model fetched into the cache
+    (``fetch.FETCHABLE_MODELS``); anything else is a local folder or a Hub id.
 
     A name that can only be a local path (it starts with ``.``, ``/`` or ``~``, has more than
     one ``/``, or its first part is a local folder, as ``data/`` is) must be a folder holding a
@@ -43,6 +47,8 @@ def resolve_model_name(name: str) -> str:
     """
     if name in SHIPPED_MODELS:
         return str(shipped.model_path(name))  # a clear error if this install lacks it
+    if name in fetch.FETCHABLE_MODELS:
+        return str(fetch.fetched_path(name))  # a clear error naming the command to fetch it
     path = Path(name).expanduser()
     slashes = name.count("/")
     local = name.startswith((".", "/", "~")) or slashes > 1 or (slashes and path.parent.is_dir())
@@ -53,7 +59,7 @@ def resolve_model_name(name: str) -> str:
                 f"model: {name!r} {what}; give a model folder (a checkpoint written by "
                 "grpo-minimal math, or save_pretrained), a Hub id such as "
                 "Qwen/Qwen2.5-0.5B-Instruct, or one of "
-                f"{', '.join(SHIPPED_MODELS)}"
+                f"{', '.join([*SHIPPED_MODELS, *fetch.FETCHABLE_MODELS])}"
             )
         return str(path)
     return name
@@ -149,8 +155,12 @@ def format_prompt(question: str, tokenizer, template: str) -> str:
         ]
     elif template == "boxed":
         messages = [{"role": "user", "content": f"{question}\n{BOXED_INSTRUCTION}"}]
+    elif template == "final":
+        messages = [{"role": "user", "content": f"{question} {FINAL_INSTRUCTION}"}]
     else:
-        raise ValueError(f"prompt_template must be 'plain', 'r1' or 'boxed', got {template!r}")
+        raise ValueError(
+            f"prompt_template must be 'plain', 'r1', 'boxed' or 'final', got {template!r}"
+        )
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
             f"prompt_template={template!r} needs a tokenizer with a chat template; "

@@ -13,7 +13,7 @@ import torch
 from .config import ObjectiveConfig, check_choice, check_range, option, override
 from .device import DEVICE_NAMES, DTYPE_NAMES
 
-PROMPT_TEMPLATES = ("plain", "r1", "boxed")
+PROMPT_TEMPLATES = ("plain", "r1", "boxed", "final")
 
 
 @dataclass
@@ -49,7 +49,8 @@ class MathConfig(ObjectiveConfig):
         "plain",
         "plain: the dataset prompt as it is; r1: the chat template with a system prompt asking "
         "for <think>...</think><answer>...</answer>; boxed: the chat template, asking for "
-        "\\boxed{answer}",
+        "reasoning then \\boxed{answer}; final: the chat template, asking for only the final answer "
+        "in \\boxed{}",
     )
     prompts_per_step: int = option(
         8, "distinct prompts per step; each gets num_generations completions"
@@ -146,10 +147,33 @@ class MathConfig(ObjectiveConfig):
         "eval_every": 25,
     }
 
+    # Notebook 11's run: a real chat model on a laptop CPU (``grpo-minimal fetch smollm2-135m``).
+    # Its own task (questions it answers right about a third of the time, so groups carry
+    # signal), its chat template asking for the answer alone, room for a short sentence, a batch
+    # 2 CPU cores take about 13 s a step on, no reference model (beta 0: a third less work a
+    # step). Chosen on the train and validation splits (bench/README.md, "A real model"); taken
+    # whenever the model is asked for, on any device.
+    MODEL_DEFAULTS = {
+        "smollm2-135m": {
+            "dataset": "chat_arithmetic",
+            "prompt_template": "final",
+            "max_completion_length": 32,
+            "temperature": 0.7,
+            "prompts_per_step": 2,
+            "num_generations": 8,
+            "learning_rate": 1e-5,
+            "beta": 0.0,
+            "max_steps": 20,
+            "eval_n": 60,
+            "eval_every": 5,
+        },
+    }
+
     @classmethod
     def for_device(cls, device: str = "auto", **overrides) -> MathConfig:
         """The CPU defaults, or ``GPU_DEFAULTS`` when ``device`` is (or auto-detects) CUDA;
-        ``REASONING_DEFAULTS`` for the reasoning dataset or its models, on any device.
+        ``REASONING_DEFAULTS`` for the reasoning dataset or its models, on any device;
+        ``MODEL_DEFAULTS`` for a model that has its own, on any device.
 
         Asking for a shipped tiny model (``model="tiny"``) keeps the CPU lesson's settings on
         any device: the real-model settings (chat template, long completions) do not fit it.
@@ -158,6 +182,8 @@ class MathConfig(ObjectiveConfig):
             "tiny-reasoning", "tiny-direct"
         ):  # fmt: skip
             return cls(device=device, **(cls.REASONING_DEFAULTS | overrides))
+        if overrides.get("model") in cls.MODEL_DEFAULTS:
+            return cls(device=device, **(cls.MODEL_DEFAULTS[overrides["model"]] | overrides))
         cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
         real_model = overrides.get("model", cls.GPU_DEFAULTS.get("model")) != "tiny"
         values = dict(cls.GPU_DEFAULTS) if cuda and real_model else {}

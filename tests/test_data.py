@@ -18,11 +18,13 @@ from grpo_minimal.data import (
     gsm8k_final_answer,
     gsm8k_row,
     load_arithmetic,
+    load_chat_arithmetic,
     load_gsm8k,
     load_gsm8k_sample,
     load_jsonl,
     load_math_dataset,
     load_train_eval_rows,
+    problem_key,
     read_jsonl,
 )
 from grpo_minimal.rewards import accuracy_reward, parse_gold
@@ -192,3 +194,32 @@ def test_the_held_out_check_compares_problems_not_strings(tmp_path):
     question = "Tom has 3+4 apples. How many?"
     assert count_overlap([{"prompt": question}], [{"prompt": f" {question}"}]) == 1
     assert check_held_out(train, load_arithmetic("test"), allow_overlap=False) == 0
+
+
+# --- notebook 11's questions for a chat model ----------------------------------------------------
+
+
+def test_chat_arithmetic_splits_are_disjoint_right_and_reproduced(tmp_path):
+    """Every problem of the three kinds once, in exactly one split (a + b with b + a), each
+    answer right, and the committed files are what the seeded script writes."""
+    splits = {s: load_chat_arithmetic(s) for s in ("train", "validation", "test")}
+    assert {s: len(rows) for s, rows in splits.items()} == {
+        "train": 155, "validation": 37, "test": 60
+    }  # fmt: skip
+    keys = {s: [problem_key(r["prompt"]) for r in rows] for s, rows in splits.items()}
+    assert sum(len(k) for k in keys.values()) == 81 + 90 + 81
+    assert not set(keys["test"]) & (set(keys["train"]) | set(keys["validation"]))
+    assert not set(keys["train"]) & set(keys["validation"])
+    for row in [r for rows in splits.values() for r in rows]:
+        a, op, b = row["prompt"].removeprefix("What is ").removesuffix("?").split()
+        assert int(row["answer"]) == (int(a) + int(b) if op == "+" else int(a) - int(b)) > 0
+    assert problem_key("What is 7 + 5?") == problem_key("What is 5 + 7?") == ("+", 5, 7)
+    assert problem_key("What is 12 - 5?") != problem_key("What is 5 - 12?")
+    subprocess.run([sys.executable, str(DATA_DIR / "make_chat_arithmetic.py"), "--out",
+                    str(tmp_path)], check=True, capture_output=True)  # fmt: skip
+    for split in splits:
+        name = f"chat_arithmetic_{split}.jsonl"
+        assert (tmp_path / name).read_bytes() == (DATA_DIR / name).read_bytes(), name
+    assert load_math_dataset("chat_arithmetic", "validation") == splits["validation"]
+    with pytest.raises(ValueError, match="validation"):
+        load_chat_arithmetic("dev")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import string
 from fractions import Fraction
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_minimal import answers, rewards
+from grpo_minimal.data import DATA_DIR
 from grpo_minimal.rewards import (
     accuracy_reward,
     combined_reward,
@@ -491,3 +493,28 @@ def test_a_unit_after_a_space_keeps_the_whole_number(number, unit, wrapper):
     sign, body = number
     assert extract_value(wrapper.format(f"{sign}{body} {unit}")) == plain_value(sign, body)
     assert extract_value(wrapper.format(f"{sign}{body}{unit}")) is None  # glued: no number
+
+
+# --- real completions of a real model ------------------------------------------------------------
+# data/real_completions.jsonl: 32 sampled completions of SmolLM2-135M-Instruct (notebook 11's
+# model, prompt and temperature; data/make_real_completions.py). What each one states as its
+# final answer, read by a person (None: it states none a grader can hold it to: truncated
+# mid-sentence, several numbers with no marked answer, or an empty \boxed{} beside a phrase).
+REAL_ANSWERS = {
+    1: "12", 2: "20", 3: "8", 4: None, 5: "6", 6: None, 7: None, 8: None,
+    9: None, 10: None, 11: "9", 12: None,
+    13: "12",  # "15 - 3 = 12" then a closing code fence: the fence is markup, the answer 12
+    14: "4", 15: "10", 16: None, 17: None, 18: "13", 19: None, 20: None, 21: "6", 22: "3",
+    23: None, 24: None, 25: None, 26: "5", 27: "24", 28: None, 29: "13", 30: None, 31: None,
+    32: None,
+}  # fmt: skip
+
+
+def test_real_completions_get_the_verdicts_a_person_gives():
+    rows = [json.loads(line) for line in (DATA_DIR / "real_completions.jsonl").open()]
+    assert len(rows) == len(REAL_ANSWERS) == 32
+    for number, row in enumerate(rows, start=1):
+        assert extract_answer(row["completion"]) == REAL_ANSWERS[number], (number, row)
+        right = REAL_ANSWERS[number] == row["answer"]
+        assert accuracy_reward([row["completion"]], [row["answer"]]) == [float(right)], number
+    assert sum(REAL_ANSWERS[n] == r["answer"] for n, r in enumerate(rows, 1)) == 4  # 13, 15, 26, 27

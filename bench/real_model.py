@@ -1,0 +1,117 @@
+"""GRPO on a real model on a laptop: SmolLM2-135M-Instruct, 2 CPU cores, both backends (notebook 11).
+
+    .venv/bin/grpo-minimal fetch smollm2-135m               # once
+    .venv/bin/python bench/real_model.py                    # seeds 0-2, both backends
+    .venv/bin/python bench/real_model.py --seeds 3 --backends grpo_minimal --out /tmp/r.json
+
+Each seed trains the fetched model with ``MathConfig.MODEL_DEFAULTS["smollm2-135m"]`` twice:
+with this package's trainer, then with TRL's ``GRPOTrainer`` given the same steps and at most the
+same training seconds (``time_budget_s``: the first run's). Both are scored greedily on the
+``chat_arithmetic`` **test** split (60 problems in no other split), which decides nothing here:
+the prompt, temperature, learning rate and steps were chosen on the train and validation splits
+(``bench/README.md``). The starting model is scored once (greedy is deterministic).
+
+Results go to ``bench/results/real_model.json`` (notebook 11 reads it), one run at a time, each
+stamped with the machine, the date, torch threads and library versions; each keeps every test
+problem's verdict before and after (for paired intervals) and the first completions as text.
+An interrupted sweep resumes where it stopped (runs already in the file are skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import torch
+import transformers
+
+from grpo_minimal.course.ablations import RESULTS, append_result, load_results
+from grpo_minimal.data import load_chat_arithmetic
+from grpo_minimal.lm_model import load_model
+from grpo_minimal.lm_train import evaluate_greedy, train_math
+from grpo_minimal.math_config import MathConfig
+from grpo_minimal.rewards import accuracy_reward
+
+OUT = RESULTS.with_name("real_model.json")
+MODEL = "smollm2-135m"
+SHOWN = 8  # completions kept as text per run (the first test problems)
+
+
+def scored(model, tokenizer, rows: list[dict], cfg: MathConfig) -> dict:
+    """Greedy accuracy on ``rows``, each row's verdict, and the first completions."""
+    start = time.perf_counter()
+    metrics, completions = evaluate_greedy(model, tokenizer, rows, cfg)
+    verdicts = accuracy_reward(completions, [row["answer"] for row in rows])
+    return {"accuracy": metrics["accuracy"], "completion_length": metrics["completion_length"],
+            "correct": [int(v) for v in verdicts], "completions": completions[:SHOWN],
+            "eval_s": round(time.perf_counter() - start, 1)}  # fmt: skip
+
+
+def train(backend: str, cfg: MathConfig, train_rows: list[dict], test: list[dict]) -> dict:
+    """One run from the fetched model: its history, its training seconds, its test verdicts."""
+    model, tokenizer = load_model(MODEL, torch.device("cpu"))
+    if backend == "trl":
+        from grpo_minimal.trl_bridge import train_math_trl
+
+        with tempfile.TemporaryDirectory() as out:  # TRL writes a checkpoint; it is not kept
+            trainer, history = train_math_trl(cfg, model, tokenizer, train_rows, test, out,
+                                              progress=False)  # fmt: skip
+            model = trainer.model
+    else:
+        trainer, history = train_math(cfg, model, tokenizer, train_rows, test, progress=False)
+        model = trainer.model
+    keep = ("step", "train_s", "step_s", "reward_mean", "frac_zero_std", "completion_length",
+            "truncated_fraction", "eval_accuracy", "peak_memory_mb")  # fmt: skip
+    return {"backend": backend, "seed": cfg.seed, "max_steps": cfg.max_steps,
+            "steps": history[-1]["step"], "train_s": history[-1]["train_s"],
+            "time_budget_s": cfg.time_budget_s,
+            "history": [{k: r[k] for k in keep if k in r} for r in history],
+            "after": scored(model, tokenizer, test, cfg)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--backends", nargs="+", default=["grpo_minimal", "trl"],
+                        choices=["grpo_minimal", "trl"])  # fmt: skip
+    parser.add_argument("--steps", type=int, default=None, help="default: MODEL_DEFAULTS")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=str(OUT))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    import trl
+
+    versions = {"transformers": transformers.__version__, "trl": trl.__version__}
+    train_rows, test = load_chat_arithmetic("train"), load_chat_arithmetic("test")
+    data = load_results(args.out)
+    base = MathConfig.for_device("cpu", model=MODEL, eval_every=0, eval_n=len(test))
+    if args.steps:
+        base.max_steps = args.steps
+    if "start" not in data:
+        model, tokenizer = load_model(MODEL, torch.device("cpu"))
+        data["start"] = scored(model, tokenizer, test, base)
+        data["config"] = base.to_dict()
+        print(f"start: test accuracy {data['start']['accuracy']:.3f}", flush=True)
+    for seed in args.seeds:
+        for backend in args.backends:
+            if any(r["seed"] == seed and r["backend"] == backend and r["max_steps"] == base.max_steps
+                   for r in data["runs"]):  # fmt: skip
+                continue
+            budget = 0.0
+            if backend == "trl":  # the same training seconds as this seed's run of ours
+                ours = [r for r in data["runs"] if r["seed"] == seed and
+                        r["backend"] == "grpo_minimal" and r["max_steps"] == base.max_steps]  # fmt: skip
+                budget = ours[-1]["train_s"] if ours else 0.0
+            cfg = MathConfig(**(base.to_dict() | {"seed": seed, "time_budget_s": budget}))
+            run = append_result(args.out, data, train(backend, cfg, train_rows, test) | versions)
+            print(
+                f"{backend:12s} seed {seed}: {run['steps']} steps in {run['train_s']:.0f} s, "
+                f"test accuracy {data['start']['accuracy']:.3f} -> "
+                f"{run['after']['accuracy']:.3f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
