@@ -20,54 +20,17 @@ An interrupted sweep resumes where it stopped (runs already in the file are skip
 from __future__ import annotations
 
 import argparse
-import tempfile
-import time
 
 import torch
 import transformers
 
 from grpo_minimal.course.ablations import RESULTS, append_result, load_results
+from grpo_minimal.course.real_model import MODEL, run, scored
 from grpo_minimal.data import load_chat_arithmetic
 from grpo_minimal.lm_model import load_model
-from grpo_minimal.lm_train import evaluate_greedy, train_math
 from grpo_minimal.math_config import MathConfig
-from grpo_minimal.rewards import accuracy_reward
 
 OUT = RESULTS.with_name("real_model.json")
-MODEL = "smollm2-135m"
-SHOWN = 8  # completions kept as text per run (the first test problems)
-
-
-def scored(model, tokenizer, rows: list[dict], cfg: MathConfig) -> dict:
-    """Greedy accuracy on ``rows``, each row's verdict, and the first completions."""
-    start = time.perf_counter()
-    metrics, completions = evaluate_greedy(model, tokenizer, rows, cfg)
-    verdicts = accuracy_reward(completions, [row["answer"] for row in rows])
-    return {"accuracy": metrics["accuracy"], "completion_length": metrics["completion_length"],
-            "correct": [int(v) for v in verdicts], "completions": completions[:SHOWN],
-            "eval_s": round(time.perf_counter() - start, 1)}  # fmt: skip
-
-
-def train(backend: str, cfg: MathConfig, train_rows: list[dict], test: list[dict]) -> dict:
-    """One run from the fetched model: its history, its training seconds, its test verdicts."""
-    model, tokenizer = load_model(MODEL, torch.device("cpu"))
-    if backend == "trl":
-        from grpo_minimal.trl_bridge import train_math_trl
-
-        with tempfile.TemporaryDirectory() as out:  # TRL writes a checkpoint; it is not kept
-            trainer, history = train_math_trl(cfg, model, tokenizer, train_rows, test, out,
-                                              progress=False)  # fmt: skip
-            model = trainer.model
-    else:
-        trainer, history = train_math(cfg, model, tokenizer, train_rows, test, progress=False)
-        model = trainer.model
-    keep = ("step", "train_s", "step_s", "reward_mean", "frac_zero_std", "completion_length",
-            "truncated_fraction", "eval_accuracy", "peak_memory_mb")  # fmt: skip
-    return {"backend": backend, "seed": cfg.seed, "max_steps": cfg.max_steps,
-            "steps": history[-1]["step"], "train_s": history[-1]["train_s"],
-            "time_budget_s": cfg.time_budget_s,
-            "history": [{k: r[k] for k in keep if k in r} for r in history],
-            "after": scored(model, tokenizer, test, cfg)}  # fmt: skip
 
 
 def main() -> None:
@@ -104,11 +67,12 @@ def main() -> None:
                         r["backend"] == "grpo_minimal" and r["max_steps"] == base.max_steps]  # fmt: skip
                 budget = ours[-1]["train_s"] if ours else 0.0
             cfg = MathConfig(**(base.to_dict() | {"seed": seed, "time_budget_s": budget}))
-            run = append_result(args.out, data, train(backend, cfg, train_rows, test) | versions)
+            record = run(backend, cfg, train_rows, test)[0]
+            record = append_result(args.out, data, record | versions)
             print(
-                f"{backend:12s} seed {seed}: {run['steps']} steps in {run['train_s']:.0f} s, "
+                f"{backend:12s} seed {seed}: {record['steps']} steps in {record['train_s']:.0f} s, "
                 f"test accuracy {data['start']['accuracy']:.3f} -> "
-                f"{run['after']['accuracy']:.3f}",
+                f"{record['after']['accuracy']:.3f}",
                 flush=True,
             )
 

@@ -186,27 +186,27 @@ def _convert(spec: FetchableModel, gguf: Path, out: Path) -> dict:
     refuses to save a model loaded from GGUF, so its state dict goes into a fresh model of the
     same config (without the GGUF quantization entry), which saves as any other."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from .lm_model import load_model, quiet_transformers
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        PreTrainedTokenizerFast,
+    )
 
     folder, name = str(gguf.parent), gguf.name
-    with quiet_transformers():
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        reference = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=name, dtype=torch.float32
-        )
-        config = AutoConfig.from_pretrained(folder, gguf_file=name)
-        with contextlib.suppress(AttributeError):
-            del config.quantization_config
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        model.load_state_dict(reference.state_dict(), strict=True)
-        model.generation_config = reference.generation_config
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-    reference.eval()
-    converted, converted_tokenizer = load_model(str(out), torch.device("cpu"))
-    gap = _check_logits(reference, converted, converted_tokenizer)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    reference = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    with contextlib.suppress(AttributeError):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(reference.state_dict(), strict=True)
+    model.generation_config = reference.generation_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    # read back as lm_model.load_model reads a model folder (its tokenizer.json as it is)
+    converted = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    gap = _check_logits(reference.eval(), converted, PreTrainedTokenizerFast.from_pretrained(out))
     return {"parameters": sum(p.numel() for p in model.parameters()), "max_logit_gap": gap}
 
 

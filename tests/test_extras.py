@@ -22,6 +22,7 @@ PROVIDES = {
     "trl": "trl",
     "datasets": "datasets",
     "accelerate": "accelerate",
+    "gguf": "gguf",
 }
 
 
@@ -34,8 +35,9 @@ def test_every_extra_installs_the_modules_it_is_named_for():
     assert set(extras.EXTRAS) | {"dev"} == set(defined)
     for extra, modules in extras.EXTRAS.items():
         assert {PROVIDES[m] for m in modules} <= _names(defined[extra]), extra
-    # dev holds everything the suite needs: the labs and trl extras whole
-    assert _names(defined["labs"]) | _names(defined["trl"]) <= _names(defined["dev"])
+    # dev holds everything the suite needs: the labs, trl and fetch extras whole
+    needed = _names(defined["labs"]) | _names(defined["trl"]) | _names(defined["fetch"])
+    assert needed <= _names(defined["dev"])
 
 
 @pytest.fixture
@@ -48,6 +50,16 @@ def without(monkeypatch):
                             lambda name, *a: None if name in modules else real(name, *a))  # fmt: skip
 
     return hide
+
+
+def test_fetch_without_its_extra_is_one_line_naming_it(without, tmp_path, capsys):
+    without("gguf")
+    with pytest.raises(SystemExit) as exit_:
+        main(["fetch", "smollm2-135m", "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert "grpo-minimal fetch smollm2-135m needs the [fetch] extra (missing: gguf)" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_missing_extra_is_one_line_naming_it(without):

@@ -19,6 +19,7 @@ import torch
 
 from grpo_minimal import fetch
 from grpo_minimal.cli import main
+from grpo_minimal.course.real_model import summary
 from grpo_minimal.lm_model import (
     FINAL_INSTRUCTION,
     eos_token_ids,
@@ -105,6 +106,19 @@ def test_the_real_model_has_its_own_defaults_on_any_device():
         assert {k: getattr(cfg, k) for k in want} == want
     assert MathConfig.for_device("cpu", model=NAME, max_steps=3).max_steps == 3
     assert MathConfig.for_device("cpu").prompt_template == "plain"  # the tiny model keeps its own
+
+
+def test_the_summary_pairs_each_seed_with_the_one_start():
+    history = [{"step": 0}]
+    results = {"start": {"accuracy": 0.3}, "runs": [
+        {"backend": "grpo_minimal", "seed": s, "steps": 20, "train_s": 300.0, "history": history,
+         "after": {"accuracy": a}} for s, a in ((2, 0.6), (0, 0.5), (1, 0.7))
+    ]}  # fmt: skip
+    row = summary(results)["grpo_minimal"]
+    assert row["seeds"] == [0, 1, 2] and row["after"] == [0.5, 0.7, 0.6]
+    # differences 0.2, 0.4, 0.3: mean 0.3, sd 0.1, half width 4.302653 * 0.1 / sqrt(3)
+    assert row["difference"] == pytest.approx((0.3, 0.3 - 0.248414, 0.3 + 0.248414), abs=1e-5)
+    assert "trl" not in summary(results)
 
 
 def run_cli(args: list[str], capsys) -> dict:

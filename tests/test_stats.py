@@ -1,11 +1,11 @@
-"""The bootstrap interval used for every comparison over seeds."""
+"""The intervals used for comparisons over seeds: the bootstrap, and Student's t for a few seeds."""
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grpo_minimal.course.stats import bootstrap_ci
+from grpo_minimal.course.stats import bootstrap_ci, t_interval, t_quantile
 
 
 def test_constant_samples_give_a_point_interval():
@@ -57,3 +57,41 @@ def test_difference_of_two_samples_by_hand():
     assert high == pytest.approx(0.75)
     ratio = bootstrap_ci([1.0, 1.0], [0.25, 0.25], stat=np.mean)
     assert ratio == (4.0, 4.0, 4.0)  # the default is still the ratio
+
+
+# --- Student's t: a few seeds' paired differences ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "p, df, table",  # two-sided 95% and one-sided 95% critical values of any t table
+    [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 4, 2.776), (0.975, 10, 2.228),
+     (0.975, 30, 2.042), (0.95, 1, 6.314), (0.95, 5, 2.015), (0.995, 3, 5.841)],
+)  # fmt: skip
+def test_t_quantile_matches_the_tables(p, df, table):
+    assert t_quantile(p, df) == pytest.approx(table, abs=6e-4)
+    assert t_quantile(1 - p, df) == pytest.approx(-t_quantile(p, df))
+
+
+def test_t_quantile_tends_to_the_normal_and_refuses_nonsense():
+    assert t_quantile(0.975, 1000) == pytest.approx(1.962, abs=1e-3)  # z = 1.960 in the limit
+    assert t_quantile(0.5, 7) == pytest.approx(0.0, abs=1e-9)
+    for p, df in ((0.0, 3), (1.0, 3), (0.9, 0)):
+        with pytest.raises(ValueError):
+            t_quantile(p, df)
+
+
+def test_t_interval_by_hand():
+    # mean 0.2; sd (n - 1) 0.1; standard error 0.1 / sqrt(3) = 0.057735; t(0.975, 2) = 4.302653
+    mean, low, high = t_interval([0.1, 0.2, 0.3])
+    assert mean == pytest.approx(0.2)
+    assert (low, high) == pytest.approx((0.2 - 0.248414, 0.2 + 0.248414), abs=1e-5)
+    with pytest.raises(ValueError, match="at least 2"):
+        t_interval([0.5])
+
+
+@given(st.lists(st.floats(-1, 1), min_size=2, max_size=8), st.floats(0.5, 0.99))
+def test_t_interval_holds_its_mean_and_widens_with_confidence(values, confidence):
+    mean, low, high = t_interval(values, confidence)
+    assert low <= mean <= high
+    wider = t_interval(values, (1 + confidence) / 2)
+    assert wider[1] <= low + 1e-12 and high <= wider[2] + 1e-12

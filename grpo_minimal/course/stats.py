@@ -1,4 +1,5 @@
-"""Comparisons over seeds: a percentile bootstrap interval for a statistic or a ratio of two.
+"""Comparisons over seeds: a percentile bootstrap interval for a statistic or a ratio of two, and
+Student's t interval for the mean of a few seeds' paired differences (notebook 11).
 
 With a handful of seeds per method, a difference in medians means little without an interval.
 Notebook 03 and ``bench/ppo_vs_grpo.py`` report every GRPO / PPO ratio with one (equations

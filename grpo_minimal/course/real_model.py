@@ -1,0 +1,103 @@
+"""A real model on a laptop (notebook 11, ``bench/real_model.py``): SmolLM2-135M-Instruct,
+fetched by ``grpo-minimal fetch smollm2-135m``, trained on ``chat_arithmetic`` on a CPU.
+
+``run`` trains one seed on one backend from the fetched model and scores it on the held-out
+rows; ``scored`` is that score (greedy accuracy, each row's verdict, the first completions as
+text); ``summary`` reads the committed runs: per backend, the accuracy before and after, and the
+paired difference over seeds with its Student-t interval (``stats.t_interval``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ..lm_model import load_model
+from ..lm_train import evaluate_greedy, train_math
+from ..math_config import MathConfig
+from ..rewards import accuracy_reward
+from .stats import t_interval
+
+MODEL = "smollm2-135m"
+SHOWN = 8
+"""Completions kept as text per run: those of the first ``SHOWN`` held-out problems."""
+
+KEPT = ("step", "train_s", "step_s", "reward_mean", "frac_zero_std", "completion_length",
+        "truncated_fraction", "eval_accuracy", "peak_memory_mb")  # fmt: skip
+"""The history fields a run keeps (one record per step)."""
+
+
+def scored(model, tokenizer, rows: Sequence[dict], cfg: MathConfig) -> dict:
+    """Greedy accuracy on ``rows`` (``evaluate_greedy``), each row's verdict (1 right, 0 not),
+    the first ``SHOWN`` completions, and the seconds it took."""
+    start = time.perf_counter()
+    metrics, completions = evaluate_greedy(model, tokenizer, rows, cfg)
+    verdicts = accuracy_reward(completions, [row["answer"] for row in rows])
+    return {"accuracy": metrics["accuracy"], "completion_length": metrics["completion_length"],
+            "correct": [int(v) for v in verdicts], "completions": completions[:SHOWN],
+            "eval_s": round(time.perf_counter() - start, 1)}  # fmt: skip
+
+
+def run(backend: str, cfg: MathConfig, train_rows: Sequence[dict], held_out: Sequence[dict]):
+    """Train the fetched model with ``cfg`` on ``backend`` (``grpo_minimal`` or ``trl``), then
+    score it on ``held_out``: ``(record, model, tokenizer)``. The record holds the run's
+    settings, its history (``KEPT``) and the score (``after``)."""
+    model, tokenizer = load_model(MODEL, torch.device("cpu"))
+    if backend == "trl":
+        from ..trl_bridge import train_math_trl
+
+        with tempfile.TemporaryDirectory() as out:  # TRL writes a checkpoint; not kept
+            trainer, history = train_math_trl(cfg, model, tokenizer, train_rows, held_out, out,
+                                              progress=False)  # fmt: skip
+    elif backend == "grpo_minimal":
+        trainer, history = train_math(cfg, model, tokenizer, train_rows, held_out, progress=False)
+    else:
+        raise ValueError(f"backend must be 'grpo_minimal' or 'trl', got {backend!r}")
+    model = trainer.model
+    record = {"backend": backend, "seed": cfg.seed, "max_steps": cfg.max_steps,
+              "steps": history[-1]["step"], "train_s": history[-1]["train_s"],
+              "time_budget_s": cfg.time_budget_s,
+              "history": [{k: r[k] for k in KEPT if k in r} for r in history],
+              "after": scored(model, tokenizer, held_out, cfg)}  # fmt: skip
+    return record, model, tokenizer
+
+
+def summary(results: dict) -> dict[str, dict]:
+    """Per backend: the start's accuracy, each seed's accuracy after, the paired difference
+    (after minus before, per seed: the start is one greedy model, the same for every seed)
+    with its 95% t interval over seeds, steps and training seconds."""
+    before = results["start"]["accuracy"]
+    out = {}
+    for backend in ("grpo_minimal", "trl"):
+        runs = sorted((r for r in results["runs"] if r["backend"] == backend),
+                      key=lambda r: r["seed"])  # fmt: skip
+        if not runs:
+            continue
+        after = [r["after"]["accuracy"] for r in runs]
+        row = {"seeds": [r["seed"] for r in runs], "before": before, "after": after,
+               "steps": [r["steps"] for r in runs], "train_s": [r["train_s"] for r in runs]}  # fmt: skip
+        if len(runs) >= 2:
+            row["difference"] = t_interval(np.asarray(after) - before)
+        out[backend] = row
+    return out
+
+
+def plot_reward_curves(results: dict, ax, window: int = 5) -> None:
+    """Each committed run's training reward (the mean over its batch) per step, as a moving
+    average over ``window`` steps: one line per seed, solid for grpo_minimal, dashed for TRL."""
+    styles = {"grpo_minimal": "-", "trl": "--"}
+    for r in sorted(results["runs"], key=lambda r: (r["backend"], r["seed"])):
+        steps = [h["step"] for h in r["history"] if "reward_mean" in h]
+        rewards = np.array([h["reward_mean"] for h in r["history"] if "reward_mean" in h])
+        if len(rewards) < window:
+            continue
+        smooth = np.convolve(rewards, np.ones(window) / window, mode="valid")
+        ax.plot(steps[window - 1 :], smooth, styles[r["backend"]], color=f"C{r['seed']}",
+                label=f"{r['backend']}, seed {r['seed']}")  # fmt: skip
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"training reward (mean of {window} steps)")
+    ax.legend(fontsize="small")
