@@ -1,13 +1,16 @@
-"""Benchmark one GRPO step on the shipped tiny model: grpo_minimal vs TRL vs the naive loop.
+"""Benchmark one GRPO step: grpo_minimal vs TRL vs the naive loop (tiny) or the floor (real).
 
     .venv/bin/python bench/llm_step.py            # a few minutes on 2 CPU cores
     .venv/bin/python bench/llm_step.py --beta 0   # no reference model (TRL's default)
     .venv/bin/python bench/llm_step.py --profile 20 --threads 1   # where grpo_minimal's step goes
+    .venv/bin/python bench/llm_step.py --model smollm2-135m --rounds 3 --steps 3   # notebook 11
 
-Same model (``data/tiny_math_lm``), same data (arithmetic train split), same settings for all
-three: notebook 06's (8 prompts x 8 generations, at most 5 new tokens, temperature 1, beta 0.04
-so a reference model is used; a constant learning rate, which does not change the timing),
-fp32 on the CPU.
+Same model, same data, same settings for every method, fp32 on the CPU. The tiny model
+(``data/tiny_math_lm``, the default) runs notebook 06's settings (8 prompts x 8 generations, at
+most 5 new tokens, temperature 1, beta 0.04 so a reference model is used; a constant learning
+rate, which does not change the timing). ``--model smollm2-135m`` (fetched first) runs notebook
+11's (``MathConfig.MODEL_DEFAULTS``: 2 prompts x 8, at most 32 new tokens, temperature 0.7,
+beta 0) and compares against the floor instead of the naive loop.
 
 - **grpo_minimal**: ``LMGRPOTrainer.step`` (``grpo_minimal/lm_grpo.py``; the tiny model on the
   CPU samples through ``completions.sample_with_kv_cache``, the same draws as ``generate``).
@@ -15,7 +18,9 @@ fp32 on the CPU.
   ``bf16=False``, no gradient checkpointing, fused AdamW as ours); a step is timed from TRL's
   ``on_step_begin`` to ``on_step_end`` callbacks (generation, scoring, loss, optimizer).
 - **naive**: the NAIVE BASELINE in ``bench/naive_grpo.py``, the per-sample loop of the GRPO
-  paper review (one ``generate`` per sample, one forward per response).
+  paper review (one ``generate`` per sample, one forward per response). Tiny model only.
+- **floor** (``FloorStep``): the same tensor work with nothing around it: one ``generate`` for
+  every completion, one forward and backward over all of them, one AdamW step. Real model only.
 
 Completions per second are measured in one process, in interleaved rounds (ours, TRL, naive,
 then again), and the median step of each is reported, so that load from other programs on a
@@ -96,8 +101,10 @@ class FloorStep:
 
         self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
         self.format, self.mask_after_eos = format_prompt, mask_after_eos
+        if cfg.beta > 0:
+            raise SystemExit("the floor has no reference model: compare it with --beta 0")
         self.eos = eos_token_ids(model, tokenizer)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, fused=True)
 
     def step(self, rows: list[dict]) -> None:
         cfg, G = self.cfg, self.cfg.num_generations
@@ -109,14 +116,16 @@ class FloorStep:
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=ids, attention_mask=mask, do_sample=True, temperature=cfg.temperature,
-                max_new_tokens=cfg.max_completion_length, eos_token_id=self.eos,
+                top_k=0, max_new_tokens=cfg.max_completion_length, eos_token_id=self.eos,
                 pad_token_id=self.tokenizer.pad_token_id,
             )  # fmt: skip
         self.model.train()
         completion = out[:, ids.shape[1] :]
         completion_mask = self.mask_after_eos(completion, self.eos)
         full_mask = torch.cat([mask, completion_mask], dim=1)
-        logits = self.model(input_ids=out, attention_mask=full_mask).logits[:, ids.shape[1] - 1 : -1]
+        positions = (full_mask.cumsum(1) - 1).clamp(min=0)  # left padding: count real tokens
+        logits = self.model(input_ids=out, attention_mask=full_mask, position_ids=positions).logits
+        logits = logits[:, ids.shape[1] - 1 : -1]
         logps = torch.log_softmax(logits.float() / cfg.temperature, -1)
         logps = logps.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
         sign = torch.tensor([1.0 if i % G < G // 2 else -1.0 for i in range(len(out))])
@@ -214,7 +223,8 @@ PROFILE_STAGES = [
     ("4+5 log-prob passes", "lm_grpo.py", "completion_logps"),
     ("5 backward", "_tensor.py", "backward"),
     ("5 optimizer", "optimizer.py", "wrapper"),
-    ("  model forwards", "modeling_qwen2.py", "forward"),
+    ("  model forwards", "modeling_qwen2.py", "forward"),  # the tiny model
+    ("  model forwards", "modeling_llama.py", "forward"),  # SmolLM2
 ]
 
 

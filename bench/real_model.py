@@ -48,7 +48,9 @@ def main() -> None:
     versions = {"transformers": transformers.__version__, "trl": trl.__version__}
     train_rows, test = load_chat_arithmetic("train"), load_chat_arithmetic("test")
     data = load_results(args.out)
-    base = MathConfig.for_device("cpu", model=MODEL, eval_every=0, eval_n=len(test))
+    base = MathConfig.for_device(
+        "cpu", model=MODEL, eval_split="test", eval_every=0, eval_n=len(test)
+    )
     if args.steps:
         base.max_steps = args.steps
     if "start" not in data:

@@ -317,7 +317,9 @@ def prepare_fetch(args: argparse.Namespace) -> Path:
 
 def run_fetch(args: argparse.Namespace, folder: Path) -> dict:
     """Where the model is and what it is (its ``fetched.json``)."""
-    manifest = json.loads((folder / "fetched.json").read_text())
+    from .fetch import MANIFEST
+
+    manifest = json.loads((folder / MANIFEST).read_text())
     return {"model": args.name, "path": str(folder), **manifest}
 
 

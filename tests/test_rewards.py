@@ -90,6 +90,12 @@ CASES = [
     ("First 15 + 27.\nSo 15 + 27 = 42.", "42", 1.0, "last line after ="),
     ("It costs 5 dollars", "5", 1.0, "one number on last line"),
     ("I think 3 or 4", "4", 0.0, "fallback hedge"),
+    # the last line with a letter or a digit: markup after the answer is not a line of text
+    ("15 - 3 = 12\n```", "12", 1.0, "fallback skips a closing code fence"),
+    ("12\n---\n", "12", 1.0, "fallback skips a rule"),
+    ("7 + 5 = 12\n\\]", "12", 1.0, "fallback skips a closing display-math bracket"),
+    ("3 + 4\n=", "7", 0.0, "fallback: nothing after the last '='"),
+    ("The sum is 12.\nDone", "12", 0.0, "fallback: a last line of words states no number"),
     ("2+2", "2", 0.0, "expression is not an answer"),
     ("42!", "42", 0.0, "factorial is not 42"),
     ("", "0", 0.0, "empty completion"),
@@ -498,8 +504,11 @@ def test_a_unit_after_a_space_keeps_the_whole_number(number, unit, wrapper):
 # --- real completions of a real model ------------------------------------------------------------
 # data/real_completions.jsonl: 32 sampled completions of SmolLM2-135M-Instruct (notebook 11's
 # model, prompt and temperature; data/make_real_completions.py). What each one states as its
-# final answer, read by a person (None: it states none a grader can hold it to: truncated
-# mid-sentence, several numbers with no marked answer, or an empty \boxed{} beside a phrase).
+# final answer under the course's strict rules (notebook 05: a marked answer, an answer phrase,
+# else the last line of text), read by a person from the text, not from the parser. None: it
+# states none a strict grader can hold it to. 16, 19 and 24 state the right number and then
+# run on into another sentence, cut off by the 32-token limit: a lenient reader
+# would credit them; the strict rule reads the last line, which states no number.
 REAL_ANSWERS = {
     1: "12", 2: "20", 3: "8", 4: None, 5: "6", 6: None, 7: None, 8: None,
     9: None, 10: None, 11: "9", 12: None,
@@ -510,7 +519,7 @@ REAL_ANSWERS = {
 }  # fmt: skip
 
 
-def test_real_completions_get_the_verdicts_a_person_gives():
+def test_real_completions_get_the_strict_verdicts_a_person_reads():
     rows = [json.loads(line) for line in (DATA_DIR / "real_completions.jsonl").open()]
     assert len(rows) == len(REAL_ANSWERS) == 32
     for number, row in enumerate(rows, start=1):

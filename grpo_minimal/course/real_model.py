@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..device import reset_peak_memory
 from ..lm_model import load_model
 from ..lm_train import evaluate_greedy, train_math
 from ..math_config import MathConfig
@@ -46,6 +47,7 @@ def run(backend: str, cfg: MathConfig, train_rows: Sequence[dict], held_out: Seq
     """Train the fetched model with ``cfg`` on ``backend`` (``grpo_minimal`` or ``trl``), then
     score it on ``held_out``: ``(record, model, tokenizer)``. The record holds the run's
     settings, its history (``KEPT``) and the score (``after``)."""
+    reset_peak_memory(torch.device("cpu"))  # this run's peak, not the process's so far
     model, tokenizer = load_model(MODEL, torch.device("cpu"))
     if backend == "trl":
         from ..trl_bridge import train_math_trl
@@ -66,22 +68,51 @@ def run(backend: str, cfg: MathConfig, train_rows: Sequence[dict], held_out: Seq
     return record, model, tokenizer
 
 
+def seeds_and_problems_interval(
+    after: np.ndarray,
+    before: np.ndarray,
+    confidence: float = 0.95,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of the accuracy gained, ``after[s, i] - before[i]`` (1 right, 0
+    wrong; seeds s, held-out problems i), with a percentile bootstrap that resamples the seeds
+    and the problems together: the test set is a sample of problems too, which an interval over
+    seeds alone (``t_interval``) does not see."""
+    gain = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)[None, :]
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, gain.shape[0], size=(resamples, gain.shape[0]))
+    problems = rng.integers(0, gain.shape[1], size=(resamples, gain.shape[1]))
+    boot = gain[seeds[:, :, None], problems[:, None, :]].mean(axis=(1, 2))
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boot, [tail, 1.0 - tail])
+    return float(gain.mean()), float(low), float(high)
+
+
 def summary(results: dict) -> dict[str, dict]:
-    """Per backend: the start's accuracy, each seed's accuracy after, the paired difference
-    (after minus before, per seed: the start is one greedy model, the same for every seed)
-    with its 95% t interval over seeds, steps and training seconds."""
-    before = results["start"]["accuracy"]
+    """Per backend, over the runs of the committed configuration's ``max_steps``: the start's
+    accuracy, each seed's accuracy after, and the gain (after minus before; the start is one
+    greedy model, the same for every seed) with two 95% intervals: Student's t over seeds
+    (``difference``) and a bootstrap over seeds and problems (``difference_problems``), each
+    once there are 2 seeds or more."""
+    start = results["start"]
+    steps = results.get("config", {}).get("max_steps")
     out = {}
     for backend in ("grpo_minimal", "trl"):
-        runs = sorted((r for r in results["runs"] if r["backend"] == backend),
-                      key=lambda r: r["seed"])  # fmt: skip
+        runs = sorted((r for r in results["runs"] if r["backend"] == backend and
+                       steps in (None, r["max_steps"])), key=lambda r: r["seed"])  # fmt: skip
         if not runs:
             continue
         after = [r["after"]["accuracy"] for r in runs]
-        row = {"seeds": [r["seed"] for r in runs], "before": before, "after": after,
+        row = {"seeds": [r["seed"] for r in runs], "before": start["accuracy"], "after": after,
                "steps": [r["steps"] for r in runs], "train_s": [r["train_s"] for r in runs]}  # fmt: skip
         if len(runs) >= 2:
-            row["difference"] = t_interval(np.asarray(after) - before)
+            row["difference"] = t_interval(np.asarray(after) - start["accuracy"])
+            if all("correct" in r["after"] for r in runs) and "correct" in start:
+                verdicts = np.array([r["after"]["correct"] for r in runs])
+                row["difference_problems"] = seeds_and_problems_interval(
+                    verdicts, np.array(start["correct"])
+                )
         out[backend] = row
     return out
 
