@@ -35,13 +35,14 @@ demo: setup
 ## alone into a fresh venv, every command once from an empty folder, every course notebook copied
 ## alone into an empty folder and run under nbval in quick mode, a solved lab with [labs]);
 ## then the float comparisons (marker numerics) again with one thread per worker, as on another CPU.
+## The first pass lists its 25 slowest tests at the end (--durations), to show where CI time goes.
 ## The real model of notebook 11 is fetched first (make fetch), as the packages are installed.
 ## The first pass runs on TEST_WORKERS pytest-xdist workers, whole files each (a notebook's cells
 ## share one kernel); tests/conftest.py splits the threads between them and starts the slowest
 ## files first.
 TEST_WORKERS ?= 2
 test: setup fetch
-	GRPO_QUICK=1 GRPO_WHEEL_SMOKE=1 TORCH_INDEX=$(TORCH_INDEX) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests notebooks/labs notebooks/06_llm_grpo_math.ipynb
+	GRPO_QUICK=1 GRPO_WHEEL_SMOKE=1 TORCH_INDEX=$(TORCH_INDEX) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests notebooks/labs notebooks/06_llm_grpo_math.ipynb
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) -m numerics tests
 
 lint: setup

@@ -90,9 +90,10 @@ def training_rows(cfg: MathConfig) -> list[dict]:
 
 class FloorStep:
     """The step's floor: the same tensor work with nothing around it. One ``generate`` call
-    samples every completion, one forward and backward over all of them weights each token's
-    log-prob by a stand-in advantage (+1 / -1 by halves of each group: no rewards are read, no
-    advantages computed, nothing logged), one AdamW step. Our step and TRL's do this work and
+    samples every completion, one forward and backward over all of them (the vocabulary's
+    logits only where a completion token is predicted) weights each token's log-prob by a
+    stand-in advantage (+1 / -1 by halves of each group: no rewards are read, no advantages
+    computed, nothing logged), one fused AdamW step. Our step and TRL's do this work and
     more; how much more is the price of everything else."""
 
     def __init__(self, cfg: MathConfig, model, tokenizer) -> None:
@@ -124,10 +125,11 @@ class FloorStep:
         completion_mask = self.mask_after_eos(completion, self.eos)
         full_mask = torch.cat([mask, completion_mask], dim=1)
         positions = (full_mask.cumsum(1) - 1).clamp(min=0)  # left padding: count real tokens
-        logits = self.model(input_ids=out, attention_mask=full_mask, position_ids=positions).logits
-        logits = logits[:, ids.shape[1] - 1 : -1]
-        logps = torch.log_softmax(logits.float() / cfg.temperature, -1)
-        logps = logps.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+        C = completion.shape[1]  # logits only where a completion token is predicted
+        logits = self.model(input_ids=out, attention_mask=full_mask, position_ids=positions,
+                            logits_to_keep=C + 1).logits[:, :-1] / cfg.temperature  # fmt: skip
+        chosen = logits.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+        logps = chosen - logits.logsumexp(-1)
         sign = torch.tensor([1.0 if i % G < G // 2 else -1.0 for i in range(len(out))])
         loss = -(sign[:, None] * logps * completion_mask).sum() / completion_mask.sum().clamp(min=1)
         loss.backward()

@@ -53,10 +53,14 @@ def plot_history(history: Sequence[dict], path: str | os.PathLike | None = None,
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
     for ax, key, label in ((axes[0], "reward_mean", "mean reward (sampled)"),
                            (axes[2], "kl", "KL to the reference (k3)")):  # fmt: skip
+        ax.set_ylabel(label)
+        if not steps or any(key not in r for r in steps):  # TRL logs no KL when beta = 0
+            ax.text(0.5, 0.5, "not logged (beta = 0: no reference model)", ha="center",
+                    va="center", transform=ax.transAxes)  # fmt: skip
+            continue
         values = [r[key] for r in steps]
         ax.plot(x, values, alpha=0.3, label="per step")
         ax.plot(x, smooth(values), label=f"mean of {window} steps")
-        ax.set_ylabel(label)
         ax.legend(loc="upper left", fontsize="small")
     axes[1].plot([r["train_s"] for r in evals], [r["eval_accuracy"] for r in evals], "o-")
     axes[1].set_ylabel("held-out greedy accuracy")
