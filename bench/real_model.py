@@ -5,8 +5,9 @@
     .venv/bin/python bench/real_model.py --seeds 3 --backends grpo_minimal --out /tmp/r.json
 
 Each seed trains the fetched model with ``MathConfig.MODEL_DEFAULTS["smollm2-135m"]`` twice:
-with this package's trainer, then with TRL's ``GRPOTrainer`` given the same steps and at most the
-same training seconds (``time_budget_s``: the first run's). Both are scored greedily on the
+with this package's trainer, then with TRL's ``GRPOTrainer`` given at most the same steps and the
+same training seconds (``time_budget_s``: the first run's; the clock is read after each step, so
+TRL's last step may run past it): the two compare at equal time. Both are scored greedily on the
 ``chat_arithmetic`` **test** split (60 problems in no other split), which decides nothing here:
 the prompt, temperature, learning rate and steps were chosen on the train and validation splits
 (``bench/README.md``). The starting model is scored once (greedy is deterministic).

@@ -232,9 +232,8 @@ def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
             raise ValueError(f"dataset: no file {name}")
         return load_jsonl(name)
     raise ValueError(
-        "dataset must be 'arithmetic', 'arithmetic_mix', 'reasoning', 'chat_arithmetic', 'gsm8k', "
-        "'gsm8k_sample' or "
-        f"a .jsonl path, got {name!r}"
+        "dataset must be 'arithmetic', 'arithmetic_mix', 'reasoning', 'chat_arithmetic', "
+        f"'gsm8k', 'gsm8k_sample' or a .jsonl path, got {name!r}"
     )
 
 
