@@ -151,9 +151,9 @@ class MathConfig(ObjectiveConfig):
     # Notebook 11's run: a real chat model on a laptop CPU (``grpo-minimal fetch smollm2-135m``).
     # Its own task (questions it answers right about a third of the time, so groups carry
     # signal), its chat template asking for the answer alone, room for a short sentence, a batch
-    # 2 CPU cores take about 13 s a step on, no reference model (beta 0: a third less work a
-    # step). Chosen on the train and validation splits (bench/README.md, "A real model"); taken
-    # whenever the model is asked for, on any device.
+    # 2 CPU cores take 11-15 s a step on, no reference model (beta 0: no frozen copy to hold and
+    # run each step). Chosen on the train and validation splits (bench/README.md, real_model.py);
+    # taken whenever the model is asked for, on any device.
     MODEL_DEFAULTS = {
         "smollm2-135m": {
             "dataset": "chat_arithmetic",
