@@ -60,10 +60,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from naive_grpo import NaiveGRPO  # noqa: E402
 from transformers import set_seed  # noqa: E402
 
+from grpo_minimal.completions import mask_after_eos  # noqa: E402
 from grpo_minimal.data import load_math_rows  # noqa: E402
 from grpo_minimal.device import peak_memory_mb  # noqa: E402
 from grpo_minimal.lm_grpo import LMGRPOTrainer  # noqa: E402
-from grpo_minimal.lm_model import load_model  # noqa: E402
+from grpo_minimal.lm_model import eos_token_ids, format_prompt, load_model  # noqa: E402
 from grpo_minimal.lm_train import MathConfig  # noqa: E402
 from grpo_minimal.rewards import accuracy_reward  # noqa: E402
 
@@ -97,11 +98,7 @@ class FloorStep:
     more; how much more is the price of everything else."""
 
     def __init__(self, cfg: MathConfig, model, tokenizer) -> None:
-        from grpo_minimal.completions import mask_after_eos
-        from grpo_minimal.lm_model import eos_token_ids, format_prompt
-
         self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
-        self.format, self.mask_after_eos = format_prompt, mask_after_eos
         if cfg.beta > 0:
             raise SystemExit("the floor has no reference model: compare it with --beta 0")
         self.eos = eos_token_ids(model, tokenizer)
@@ -109,7 +106,7 @@ class FloorStep:
 
     def step(self, rows: list[dict]) -> None:
         cfg, G = self.cfg, self.cfg.num_generations
-        prompts = [self.format(r["prompt"], self.tokenizer, cfg.prompt_template) for r in rows]
+        prompts = [format_prompt(r["prompt"], self.tokenizer, cfg.prompt_template) for r in rows]
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
                              add_special_tokens=False)  # fmt: skip
         ids, mask = enc.input_ids.repeat_interleave(G, 0), enc.attention_mask.repeat_interleave(G, 0)
@@ -122,7 +119,7 @@ class FloorStep:
             )  # fmt: skip
         self.model.train()
         completion = out[:, ids.shape[1] :]
-        completion_mask = self.mask_after_eos(completion, self.eos)
+        completion_mask = mask_after_eos(completion, self.eos)
         full_mask = torch.cat([mask, completion_mask], dim=1)
         positions = (full_mask.cumsum(1) - 1).clamp(min=0)  # left padding: count real tokens
         C = completion.shape[1]  # logits only where a completion token is predicted

@@ -75,6 +75,19 @@ def grad_scaler(device: torch.device, dtype: torch.dtype) -> torch.amp.GradScale
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run torch on ``n`` CPU threads inside the block, restored after. Tiny models run fastest
+    on one (on a busy machine spinning threads cost more than the arithmetic), and a seeded run
+    of many sampled steps is the same run only at the same thread count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def peak_memory_mb(device: torch.device) -> float:
     """Peak memory in MiB: allocated by torch on CUDA, resident set of the process on the CPU."""
     if device.type == "cuda":

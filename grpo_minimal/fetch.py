@@ -23,6 +23,7 @@ else ``~/.cache/grpo_minimal``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import errno
 import hashlib
@@ -201,17 +202,12 @@ def _convert(spec: FetchableModel, gguf: Path, out: Path) -> dict:
     refuses to save a model loaded from GGUF, so its state dict goes into a fresh model of the
     same config (without the GGUF quantization entry), which saves as any other."""
     import torch
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoTokenizer,
-        PreTrainedTokenizerFast,
-    )
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
     folder, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     reference = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    config = copy.deepcopy(reference.config)  # the GGUF's metadata, read once
     with contextlib.suppress(AttributeError):
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

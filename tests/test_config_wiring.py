@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from grpo_minimal import group_advantages
+from grpo_minimal.device import torch_threads
 from grpo_minimal.lm_grpo import LMGRPOTrainer, completion_logps
 from grpo_minimal.lm_model import load_model
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy, train_math
@@ -37,10 +38,8 @@ def one_thread():
     """The tiny model's operations are too small for a second thread to help, and on a busy
     machine two spinning threads can make them many times slower. No assertion here depends
     on the thread count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

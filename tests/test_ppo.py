@@ -15,6 +15,7 @@ from grpo_minimal import losses
 from grpo_minimal import ppo as ppo_module
 from grpo_minimal.advantages import discounted_returns
 from grpo_minimal.cli import main
+from grpo_minimal.device import torch_threads
 from grpo_minimal.envs import CategoricalPolicy, evaluate_policy
 from grpo_minimal.gym_grpo import load_policy
 from grpo_minimal.ppo import (
@@ -34,10 +35,8 @@ from grpo_minimal.ppo import (
 @pytest.fixture
 def one_thread():
     """Tiny networks run fastest on one thread, and a shared 2-core machine stalls on two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 # ---------------------------------------------------------------- GAE, equations (10)-(12)

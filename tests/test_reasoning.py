@@ -24,6 +24,7 @@ from grpo_minimal.course.reasoning import (
     writes_steps,
 )
 from grpo_minimal.data import DATA_DIR, load_math_dataset, load_reasoning, problem_key
+from grpo_minimal.device import torch_threads
 from grpo_minimal.rewards import accuracy_reward, format_reward
 
 STEP_RE = re.compile(r"([0-9])\+([0-9])(\+1)?=([0-9]+)")
@@ -233,14 +234,8 @@ def one_thread():
     another run. Alone the suite gets every core, on a pytest-xdist worker a share
     (``conftest.py``); pinned, the run is the one the thresholds were measured on, wherever
     it runs."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_grpo_makes_the_cold_start_write_steps_and_get_more_right(one_thread):

@@ -108,11 +108,10 @@ def summary(results: dict) -> dict[str, dict]:
                "steps": [r["steps"] for r in runs], "train_s": [r["train_s"] for r in runs]}  # fmt: skip
         if len(runs) >= 2:
             row["difference"] = t_interval(np.asarray(after) - start["accuracy"])
-            if all("correct" in r["after"] for r in runs) and "correct" in start:
-                verdicts = np.array([r["after"]["correct"] for r in runs])
-                row["difference_problems"] = seeds_and_problems_interval(
-                    verdicts, np.array(start["correct"])
-                )
+            verdicts = np.array([r["after"]["correct"] for r in runs])
+            row["difference_problems"] = seeds_and_problems_interval(
+                verdicts, np.array(start["correct"])
+            )
         out[backend] = row
     return out
 

@@ -23,7 +23,6 @@ of every kind it is graded on (``checking.cases_for``): ``lab check`` runs both 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 import types
@@ -34,6 +33,7 @@ from typing import Any
 import torch
 
 from grpo_minimal import advantages as package
+from grpo_minimal.device import torch_threads  # one thread: the toy's tensors are tiny
 from grpo_minimal.labs.checking import (
     Case,
     cases_for,
@@ -355,18 +355,6 @@ class RecordingReward:
         return self.reward_fn(prompts, completions)
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """Run on one CPU thread: the toy's tensors are tiny, and on a busy machine the threads'
-    synchronisation costs a thousand times the arithmetic. The setting is restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _fixed_policy(seed: int = 0) -> CountingPolicy:
     """A policy that always answers prompt p with the digits (p, p+1, p+2) mod 4."""
     policy = CountingPolicy(seed)
@@ -389,7 +377,7 @@ def _measured(
     require_function(fn, name)
     learner = bind(fn, {k: v for k, v in helpers.items() if k != name})
     reference = REFERENCE_TRAINER[name]
-    with _one_thread():
+    with torch_threads(1):
         run_cases(
             lambda *a, **k: probe(learner, *a, **k),
             name,
@@ -518,7 +506,7 @@ def time_sample_group(
             best = min(best, time.perf_counter() - start)
         return best, len(policy.calls)
 
-    with _one_thread():
+    with torch_threads(1):
         yours, seeds = measure(fn), measure(SeedTrainer.sample_group)
     return (
         f"{num_prompts} prompts x G={num_generations}\n"
@@ -980,7 +968,7 @@ def ratio_distances(fn: Callable, num_iterations: int = 3, beta: float = 0.04) -
     """The largest |ratio - 1| at each update of ``fn`` in the check's setting (a policy moved
     away from its reference, SGD with lr 2, epsilon 0.2), for the notebook's demo."""
     bound = bind(fn, {k: v for k, v in REFERENCE_TRAINER.items() if k != "grpo_update"})
-    with _one_thread():
+    with torch_threads(1):
         return [round(d, 3) for d in _probe_grpo_update(bound, "ratios", num_iterations, 0, beta)]
 
 
@@ -1035,7 +1023,7 @@ def train_demo(
         return _RUNS[key]
     rollout_fn = bind(helpers["make_rollout"], helpers)
     update_fn = bind(helpers["grpo_update"], helpers)
-    with _one_thread(), torch.random.fork_rng():
+    with torch_threads(1), torch.random.fork_rng():
         torch.manual_seed(seed)
         ref = ToyPolicy(seed)
         policy = CountingPolicy(seed)
