@@ -1,15 +1,16 @@
 """The labs as a whole: the committed student notebooks are what `make labs` writes; the grader
-gives the solutions full marks and the unfilled stubs zero, with a feedback file for each; the
-grader's seed reaches only the autograder zips; a rebuild never overwrites a learner's notebook;
-a folder of bad submissions still grades the good one; `grpo-minimal lab check` passes a notebook
-filled with the package's own functions and shows a learner's wrong function, exception and
-syntax error as they are."""
+gives the solutions full marks and the unfilled stubs zero, with a feedback file for each; each
+lab's seed, derived from one secret, reaches only its grader's material; a rebuild never
+overwrites a learner's notebook; `grpo-minimal lab check` passes a notebook filled with the
+package's own functions and shows a learner's wrong function, exception and syntax error as they
+are. Bad and hostile submissions: tests/test_grading_trust.py."""
 
 from __future__ import annotations
 
 import csv
 import importlib
 import json
+import os
 import pkgutil
 import secrets
 import shutil
@@ -24,18 +25,25 @@ from grpo_minimal import cli
 from grpo_minimal.instructor.build import (
     STUDENT_DIR,
     build_labs,
+    lab_seed,
     lab_sources,
     refuse_to_overwrite,
     unchanged_since_build,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED = secrets.randbits(48)  # drawn here, as `lab build` draws it: no file can hold it already
+# drawn here, as `lab build` draws it (no file can hold it already), unless given to repeat a run
+SEED = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(48))
+
+
+@pytest.fixture(autouse=True)
+def _say_the_secret():
+    print(f"repeat with GRPO_GRADER_SECRET={SEED}")  # shown with a failing test's output
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One fresh build of every lab into a temporary folder, with a freshly drawn grader seed."""
+    """One fresh build of every lab into a temporary folder, with a freshly drawn secret."""
     out = tmp_path_factory.mktemp("labs")
     names, seed = build_labs(ROOT / "instructor/labs", out / "student", out / "grader", seed=SEED)
     assert seed == SEED
@@ -113,11 +121,16 @@ def test_the_grader_seed_reaches_only_the_autograder_zips(built):
             tests = "".join(
                 autograder.read(n).decode() for n in autograder.namelist() if n.startswith("tests/")
             )
+        seed = lab_seed(SEED, name)
         assert "GRADER_SEED" not in tests, name
-        assert f"seed={SEED}" in tests, f"{name}: its hidden checks do not use the grader's seed"
-        assert str(SEED) not in (out / "student" / f"{name}.ipynb").read_text(), name
-    for path in _installed_files():  # the package a learner installs never holds the seed
+        assert f"seed={seed}" in tests, f"{name}: its hidden checks do not use its own seed"
+        assert str(SEED) not in tests, f"{name}: the secret itself reached its zip"
+        for secret in (SEED, seed):
+            assert str(secret) not in (out / "student" / f"{name}.ipynb").read_text(), name
+    for path in _installed_files():  # the package a learner installs never holds a seed
         assert str(SEED).encode() not in path.read_bytes(), path
+        for name in names:
+            assert str(lab_seed(SEED, name)).encode() not in path.read_bytes(), path
 
 
 def test_nothing_a_learner_imports_holds_hidden_cases():
@@ -180,51 +193,6 @@ def test_lab_check_passes_package_functions_and_shows_the_learners_errors(tmp_pa
     assert "case:" in out and "expected:" in out and "got:" in out
     assert "ERROR cell" in out and "SyntaxError" in out  # the parse error, said as such
     assert "WARNING" not in out + err
-
-
-LOOP_TIMEOUT_S = 30
-
-
-def _grade_folder_of_bad_submissions(tmp_path, grader):
-    student = ROOT / STUDENT_DIR / "01_advantages.ipynb"
-    folder = tmp_path / "class"
-    folder.mkdir()
-    filled_lab(student, {0: "while True:\n    pass"}, folder / "b-loops.ipynb")
-    filled_lab(student, {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
-            folder / "c-syntax.ipynb")  # fmt: skip
-    shutil.copy(ROOT / "notebooks/01_group_relative_advantage.ipynb", folder / "d-not-a-lab.ipynb")
-    deletes = dict(PACKAGE_ANSWERS_01)  # right answers, after emptying the folder it runs in
-    deletes[0] = ("import os, shutil\nfor name in os.listdir('.'):\n"
-                  "    shutil.rmtree(name, ignore_errors=True)\n"
-                  "    if os.path.exists(name): os.remove(name)\n" + deletes[0])  # fmt: skip
-    filled_lab(student, deletes, folder / "e-deletes.ipynb")
-    cut = json.loads(student.read_text())  # a lab's metadata, its cells lost
-    del cut["cells"]
-    (folder / "e2-no-cells.ipynb").write_text(json.dumps(cut))
-    filled_lab(student, PACKAGE_ANSWERS_01, folder / "f-good-after.ipynb")  # graded after them all
-    grades = tmp_path / "grades.csv"
-    # the endless loop holds a job (and a core) until this limit; the others take a few seconds
-    code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),
-                     "--timeout", str(LOOP_TIMEOUT_S), "--jobs", "2"])  # fmt: skip
-    return code, {row["notebook"]: row for row in csv.DictReader(grades.open())}, folder
-
-
-def test_a_folder_of_bad_submissions_still_grades_the_good_ones(built, tmp_path):
-    out, _ = built
-    code, rows, folder = _grade_folder_of_bad_submissions(tmp_path, out / "grader")
-    assert code == 0 and len(rows) == 6
-    assert rows["e2-no-cells.ipynb"]["problem"], rows["e2-no-cells.ipynb"]
-    good = rows["f-good-after.ipynb"]
-    assert float(good["total"]) == float(good["possible"]) > 0 and not good["problem"], good
-    assert f"time limit of {LOOP_TIMEOUT_S} s" in rows["b-loops.ipynb"]["problem"]
-    assert "SyntaxError" in rows["c-syntax.ipynb"]["problem"]
-    assert "cell" in rows["c-syntax.ipynb"]["problem"]
-    assert "not a lab notebook" in rows["d-not-a-lab.ipynb"]["problem"]
-    assert rows["e-deletes.ipynb"]["lab"] == "01_advantages"  # graded, or its problem said
-    assert sorted(p.name for p in folder.iterdir()) == sorted(rows)  # nothing deleted
-    feedback = tmp_path / "grades-feedback"
-    assert "time limit" in (feedback / "b-loops.txt").read_text()
-    assert "not a lab notebook" in (feedback / "d-not-a-lab.txt").read_text()
 
 
 def test_lab_check_refuses_a_non_lab_notebook():

@@ -11,10 +11,11 @@ written in otter-grader's assignment format (``# BEGIN QUESTION`` / ``# BEGIN SO
 - the **grader's material**: ``build/labs/NN_name-autograder.zip`` (public and hidden checks) and
   ``build/labs/solutions/NN_name.ipynb`` (the notebook with solutions), never committed.
 
-Hidden checks call ``check_...(fn, seed=GRADER_SEED)``. The build writes the grader's seed (given
-by the instructor, or drawn at random) in place of ``GRADER_SEED``, so it exists only in the
-grader's material: the hidden cases are drawn from it when a submission is graded, and no learner
-can draw the same ones.
+Hidden checks call ``check_...(fn, seed=GRADER_SEED)``. The build writes each lab's own seed in
+place of ``GRADER_SEED``: ``lab_seed(secret, lab)``, derived from one instructor's secret (given,
+or drawn at random) by HMAC-SHA256, so a seed read out of one lab's grader opens no other lab.
+The seeds exist only in the grader's material (the zips and the solution notebooks): the hidden
+cases are drawn from them when a submission is graded, and no learner can draw the same ones.
 
 The student notebooks are written byte for byte the same on every run (fixed cell ids, no
 timestamps), so ``check_student_notebooks`` can tell whether the committed ones are current. Each
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import io
 import json
 import re
@@ -40,6 +42,13 @@ SOURCE_DIR = Path("instructor/labs")
 STUDENT_DIR = Path("notebooks/labs")
 GRADER_DIR = Path("build/labs")
 SEED_PLACEHOLDER = "GRADER_SEED"
+
+
+def lab_seed(secret: int, lab: str) -> int:
+    """Lab ``lab``'s grader seed: 48 bits of HMAC-SHA256(secret, lab). Knowing one lab's seed
+    tells nothing of another's, nor of the secret."""
+    digest = hmac.new(str(secret).encode(), lab.encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest[:6], "big")
 
 
 def lab_sources(source_dir: Path = SOURCE_DIR, only: str | None = None) -> list[Path]:
@@ -149,8 +158,9 @@ def build_labs(
 ) -> tuple[list[str], int]:
     """Write every student notebook and the grader's material; return the lab names and the seed.
 
-    ``seed`` is the grader's (drawn at random when None). A student notebook that changed since
-    it was built (a learner's work) is never overwritten unless ``force``.
+    ``seed`` is the instructor's secret (drawn at random when None); each lab's hidden cases are
+    drawn from ``lab_seed(seed, lab)``. A student notebook that changed since it was built (a
+    learner's work) is never overwritten unless ``force``.
     """
     student_dir, grader_dir = Path(student_dir), Path(grader_dir)
     sources = lab_sources(source_dir, only)
@@ -161,7 +171,9 @@ def build_labs(
     (grader_dir / "solutions").mkdir(parents=True, exist_ok=True)
     names = []
     for source in sources:
-        student_json, autograder_zip, solution, workdir = assign(source, seed, run_tests)
+        student_json, autograder_zip, solution, workdir = assign(
+            source, lab_seed(seed, source.stem), run_tests
+        )
         try:
             (student_dir / f"{source.stem}.ipynb").write_text(student_json)
             shutil.copyfile(autograder_zip, grader_dir / f"{source.stem}-autograder.zip")

@@ -9,6 +9,7 @@ and a ``run`` (does the work and returns the JSON summary ``cli.main`` prints).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..extras import require
@@ -53,19 +54,39 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
         raise ValueError(f"--timeout: {args.timeout} s; give a positive number of seconds")
     if args.jobs < 1:
         raise ValueError(f"--jobs: {args.jobs}; give a whole number >= 1")
+    from .sandbox import missing_tools
+
+    if not args.no_sandbox and (missing := missing_tools()):
+        raise ValueError(
+            f"--no-sandbox: {' and '.join(missing)} not found; each submission is graded in a "
+            "bubblewrap sandbox (Debian/Ubuntu: apt install bubblewrap util-linux). Without one, "
+            "--no-sandbox grades trusting every submission (instructor guide, 'Grading')"
+        )
     return folder
 
 
 def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
     from .grading import grade_folder
 
-    rows = grade_folder(folder, Path(args.out), Path(args.grader), args.timeout, args.jobs)
-    for row in rows:
-        problem = f"  ({row['problem']})" if row["problem"] else ""
-        print(f"{row['total']:g} / {row['possible']:g}  {row['notebook']}{problem}")
+    def show(row: dict) -> None:  # each row as it is written
+        problem = f"  ({row['problem'][:200]})" if row["problem"] else ""
+        print(f"{row['total']:g} / {row['possible']:g}  {row['notebook']}{problem}", flush=True)
+
     out = Path(args.out)
-    feedback = out.parent / f"{out.stem}-feedback"
-    return {"graded": len(rows), "out": args.out, "feedback": str(feedback)}
+    try:
+        rows = grade_folder(folder, out, Path(args.grader), args.timeout, args.jobs,
+                            use_sandbox=not args.no_sandbox, on_row=show)  # fmt: skip
+    except KeyboardInterrupt:
+        print(f"interrupted: every grading process was stopped; the rows written so far are in "
+              f"{out}", file=sys.stderr)  # fmt: skip
+        raise SystemExit(130) from None
+    return {
+        "graded": len(rows),
+        "out": str(out),
+        "feedback": str(out.parent / f"{out.stem}-feedback"),
+        "instructor": str(out.parent / f"{out.stem}-instructor"),
+        "sandbox": not args.no_sandbox,
+    }
 
 
 def prepare_lab_build(args: argparse.Namespace) -> None:
@@ -91,8 +112,14 @@ def run_lab_build(args: argparse.Namespace, _: None) -> dict:
     built, seed = build_labs(
         run_tests=args.run_tests, only=args.only, seed=args.seed, force=args.force
     )
-    print(f"hidden checks drawn from seed {seed}: it is written only into {GRADER_DIR}/*.zip")
-    return {"built": built, "grader": str(GRADER_DIR), "grader_seed": seed}
+    print(
+        f"hidden checks drawn from a seed per lab, derived from {'your' if args.seed is not None else 'a random'} "
+        f"secret: the seeds are written only into {GRADER_DIR} (zips and solutions)"
+    )
+    summary = {"built": built, "grader": str(GRADER_DIR)}
+    if args.show_secret:
+        summary["grader_secret"] = seed
+    return summary
 
 
 def add_lab_commands(commands) -> None:
@@ -130,6 +157,12 @@ def add_lab_commands(commands) -> None:
     grade.add_argument(
         "--grader", default="build/labs", help="folder of NN_name-autograder.zip (make labs)"
     )
+    grade.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="grade without bubblewrap: every submission runs with your rights and can read, "
+        "change or delete your files and its classmates' (only for work you trust)",
+    )
     grade.set_defaults(prepare=prepare_lab_grade, func=run_lab_grade)
     build = lab_commands.add_parser(
         "build",
@@ -143,7 +176,13 @@ def add_lab_commands(commands) -> None:
     )
     build.add_argument("--only", help="build one lab, e.g. 01_advantages")
     build.add_argument(
-        "--seed", type=int, help="the grader's seed for the hidden cases (default: a random one)"
+        "--seed",
+        type=int,
+        help="the instructor's secret: each lab's hidden cases are drawn from a seed derived "
+        "from it (default: a random one, never printed)",
+    )
+    build.add_argument(
+        "--show-secret", action="store_true", help="print the secret in the JSON summary"
     )
     build.add_argument(
         "--force", action="store_true", help="overwrite student notebooks a learner has changed"

@@ -1,0 +1,138 @@
+"""One submission's sandbox: bubblewrap (``bwrap``) around the process that grades it.
+
+Inside, the submission's kernel sees the file system read-only, with the instructor's folders
+(home, working folder, the class folder, the graders, the output) replaced by empty ones; what
+grading needs is put back read-only (Python, the package and its shipped data, the one lab's
+autograder zip); the only writable places are its own scratch folder and an empty ``/tmp`` that
+ends with it. It has no network (a loopback of its own, for the kernel's sockets), no view of
+other processes (a process-id namespace of its own), a bare environment, and limits on processes,
+memory and file size. Every process it starts lives in its process-id namespace, so all of them
+end when the grading process ends or is killed (``--die-with-parent``), double forks and new
+sessions included.
+
+Run as root, bwrap keeps root's rights over the file system, so the graded process is given a
+user id of its own first (``setpriv``): one per job, so that one job's fork bomb, held at the
+process limit, cannot starve the other job's kernel. Run as another user, bwrap's user namespace
+does that, and the process limit counts that namespace's processes alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SANDBOX_UID_BASE = 61000
+"""When grading as root: job ``k`` runs as user id ``SANDBOX_UID_BASE + k`` (no account needed)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one submission may use (``prlimit``). Processes counts threads too (a kernel running
+    torch has a few dozen)."""
+
+    processes: int = 512
+    memory_gib: float = 8.0  # RLIMIT_DATA: heap and private mappings, not the mapped files
+    file_gib: float = 2.0  # the largest file it may write
+
+
+def missing_tools() -> list[str]:
+    """The sandbox's tools not on PATH (``bwrap`` from the bubblewrap package, ``prlimit`` and
+    ``setpriv`` from util-linux)."""
+    tools = ["bwrap", "prlimit"] + (["setpriv"] if os.geteuid() == 0 else [])
+    return [tool for tool in tools if shutil.which(tool) is None]
+
+
+def job_uid(slot: int) -> int | None:
+    """The user id job ``slot`` grades as: its own when grading as root, else the caller's."""
+    return SANDBOX_UID_BASE + slot if os.geteuid() == 0 else None
+
+
+def _python_folders() -> list[Path]:
+    """What the graded Python needs to read: its prefixes and the interpreter's real folder."""
+    folders = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix)}
+    folders.add(Path(os.path.realpath(sys.executable)).parent.parent)
+    return sorted({f.resolve() for f in folders})
+
+
+def readable_folders() -> list[Path]:
+    """Folders bound back read-only: Python, the package and its shipped data."""
+    import grpo_minimal
+    from grpo_minimal.shipped import data_dir
+
+    package = Path(grpo_minimal.__file__).resolve().parent
+    return [*_python_folders(), package, data_dir().resolve()]
+
+
+NEVER_HIDDEN = {Path(p) for p in ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev",
+                                   "/proc", "/sys", "/run", "/var", "/opt")}  # fmt: skip
+"""Folders the system runs from: never emptied, even when the instructor works in one."""
+
+
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _bind_back(path: Path, emptied: list[Path], made: set[Path], flag: str) -> list[str]:
+    """``flag path path``, after the folders between the emptied folder that holds it and the
+    path, made readable by the graded user (bwrap would copy the originals' modes, and
+    /root/.pyenv or pytest's temporary root are 0700)."""
+    inside = [h for h in emptied if _within(path, h) and path != h]
+    args = []
+    if inside:
+        top = max(inside, key=lambda h: len(h.parts))
+        for parent in reversed(path.parents):
+            if _within(parent, top) and parent != top and parent not in made:
+                args += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+    return [*args, flag, str(path), str(path)]
+
+
+def command(
+    argv: list[str],
+    scratch: Path,
+    hidden: list[Path],
+    readable: list[Path],
+    env: dict[str, str],
+    slot: int,
+    limits: Limits = Limits(),
+) -> list[str]:
+    """The command line that runs ``argv`` sandboxed: ``scratch`` writable, ``hidden`` folders
+    emptied, ``readable`` files and folders bound back read-only (after the hiding, so a folder
+    inside a hidden one is seen), then any hidden folder inside those hidden again."""
+    scratch = scratch.resolve()
+    hidden = sorted({h.resolve() for h in hidden} - NEVER_HIDDEN, key=lambda p: len(p.parts))
+    readable = sorted({r.resolve() for r in readable}, key=lambda p: len(p.parts))
+    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args += ["--perms", "1777", "--tmpfs", "/tmp"]  # everyone's, as a system's /tmp is
+    for folder in hidden:
+        if not _within(folder, Path("/tmp")) and folder.is_dir():
+            args += ["--tmpfs", str(folder)]
+    emptied = [*[h for h in hidden if h.is_dir()], Path("/tmp")]
+    made: set[Path] = set()
+    for path in readable:
+        if path.exists() and any(_within(path, h) and path != h for h in emptied):
+            args += _bind_back(path, emptied, made, "--ro-bind")
+    for folder in hidden:  # hidden again where a folder bound back holds it
+        if folder.is_dir() and any(_within(folder, r) and folder != r for r in readable):
+            args += ["--tmpfs", str(folder)]
+    args += [*_bind_back(scratch, emptied, made, "--bind"), "--chdir", str(scratch)]
+    uid = job_uid(slot)
+    if uid is None:  # an unprivileged bwrap: a user namespace of its own
+        args += ["--unshare-all"]
+    else:  # root: every namespace but the user's, then a user id of the job's own (setpriv)
+        args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                 "--unshare-cgroup-try"]  # fmt: skip
+    args += ["--die-with-parent", "--new-session", "--clearenv"]
+    for key, value in sorted(env.items()):
+        args += ["--setenv", key, value]
+    args.append("--")
+    if uid is not None:
+        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all"]  # fmt: skip
+    gib = 1 << 30
+    args += ["prlimit", f"--nproc={limits.processes}", f"--data={int(limits.memory_gib * gib)}",
+             f"--fsize={int(limits.file_gib * gib)}", "--core=0", "--"]  # fmt: skip
+    return args + argv

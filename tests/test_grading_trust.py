@@ -1,0 +1,266 @@
+"""Grading a class you can trust (lab 01, built here): malformed and hostile submissions graded in
+one folder with correct ones. Every correct one gets its full points and every bad one a row with
+its reason; no submitted file is lost; no process, temporary folder or secret is left behind; a
+learner's feedback holds no hidden input or expected value; Ctrl-C leaves the rows written so far
+and no process.
+
+The grader's secret is drawn here (as ``lab build`` draws it) unless GRPO_GRADER_SECRET gives it;
+a failing test prints it, so the run can be repeated."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import psutil
+import pytest
+from lab_helpers import PACKAGE_ANSWERS_01, filled_lab
+
+from grpo_minimal import cli
+from grpo_minimal.instructor import sandbox
+from grpo_minimal.instructor.build import STUDENT_DIR, build_labs, lab_seed
+from grpo_minimal.instructor.grading import learner_message
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(48))
+LAB = "01_advantages"
+CANARY = "canary-" + secrets.token_hex(8)  # in the instructor's environment: no learner reads it
+MARK = "grpo-trust-" + secrets.token_hex(6)  # in every process a hostile submission starts
+TIMEOUT_S = 30
+
+pytestmark = pytest.mark.skipif(
+    bool(sandbox.missing_tools()), reason="bubblewrap is not installed (.ci/run installs it)"
+)
+
+
+@pytest.fixture(autouse=True)
+def _say_the_secret():
+    print(f"repeat with GRPO_GRADER_SECRET={SECRET}")  # shown with a failing test's output
+
+
+@pytest.fixture(scope="module")
+def grader(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trust-labs")
+    build_labs(ROOT / "instructor/labs", out / "student", out / "grader", only=LAB, seed=SECRET)
+    return out / "grader"
+
+
+def _sleeper_argv() -> str:
+    return f"['python3', '-c', 'import time; time.sleep(600)', '{MARK}']"
+
+
+def _sleeper(how: str) -> str:
+    """Python that leaves a process sleeping, started ``how``; its command line holds MARK."""
+    sleep = _sleeper_argv()
+    return {
+        "session": f"import subprocess\nsubprocess.Popen({sleep}, start_new_session=True)\n",
+        "double fork": (
+            "import os, subprocess\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            f"    subprocess.Popen({sleep})\n"
+            "    os._exit(0)\n"
+        ),
+    }[how]
+
+
+def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
+    """The class: two right notebooks around the hostile and malformed ones; returns each file's
+    bytes as submitted."""
+    student = ROOT / STUDENT_DIR / f"{LAB}.ipynb"
+    right = dict(PACKAGE_ANSWERS_01)
+
+    def hostile(name: str, code: str) -> None:  # the harm tried, then the right answers
+        answers = dict(right)
+        tried = "".join(f"    {line}\n" for line in code.splitlines())
+        answers[0] = f"try:\n{tried}except Exception:\n    pass\n{right[0]}"
+        filled_lab(student, answers, folder / name)
+
+    filled_lab(student, right, folder / "a-right.ipynb")
+    hostile("h-deletes-class.ipynb",  # the class folder, found from its absolute path
+            f"import os\nfor n in os.listdir({str(folder)!r}):\n"
+            f"    os.remove(os.path.join({str(folder)!r}, n))")  # fmt: skip
+    hostile("h-plants-file.ipynb", f"open({str(folder / 'planted.ipynb')!r}, 'w').write('x')")
+    hostile("h-rewrites-zip.ipynb",  # every autograder zip turned into one that passes anything
+            f"import glob\nfor z in glob.glob({str(grader)!r} + '/*.zip'):\n"
+            "    open(z, 'wb').write(b'PK')")  # fmt: skip
+    hostile("h-holds-copies.ipynb",  # classmates' copies, wherever the system keeps temp files
+            "import glob, tempfile\nfor p in glob.glob(tempfile.gettempdir() + '/lab-*/**', "
+            "recursive=True):\n    open(p, 'w').write('{}') if p.endswith('.ipynb') else None")  # fmt: skip
+    hostile("h-session.ipynb", _sleeper("session"))
+    hostile("h-double-fork.ipynb", _sleeper("double fork"))
+    hostile("h-fork-bomb.ipynb", "import os\nwhile True:\n    try:\n        os.fork()\n"
+                                 "    except OSError:\n        pass")  # fmt: skip
+    filled_lab(student, {**right, 0: (  # raises with the environment and the hidden tests
+        "import glob, os\ndef group_advantages(rewards, num_generations, scale_rewards='group', "
+        "eps=1e-4):\n    text = ' '.join(open(p).read() for p in glob.glob('tests/*.py'))\n"
+        "    raise ValueError(str(dict(os.environ)) + text)")}, folder / "h-leaks.ipynb")  # fmt: skip
+    wrong = dict(right)  # the population std: a wrong solution, graded after the zip rewrite
+    wrong[0] = ("from grpo_minimal.advantages import population_std_advantages\n"
+                "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
+                "    return population_std_advantages(rewards, num_generations)")  # fmt: skip
+    filled_lab(student, wrong, folder / "w-wrong.ipynb")
+    filled_lab(student, {0: "while True:\n    pass"}, folder / "b-loops.ipynb")
+    filled_lab(student, {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
+               folder / "c-syntax.ipynb")  # fmt: skip
+    shutil.copy(ROOT / "notebooks/01_group_relative_advantage.ipynb", folder / "d-not-a-lab.ipynb")
+    base = json.loads(student.read_text())
+    malformed = {
+        "m-otter-not-a-dict": {**base, "metadata": {"otter": "x"}},
+        "m-cells-null": {**base, "cells": None},
+        "m-cells-strings": {**base, "cells": ["x=1"]},
+        "m-source-number": {**base, "cells": [{"cell_type": "code", "source": 5, "metadata": {}}]},
+        "m-escapes": {**base, "metadata": {**base["metadata"],
+                      "otter": {**base["metadata"]["otter"], "assignment_name": "../../x/y"}}},
+    }  # fmt: skip
+    for name, notebook in malformed.items():
+        (folder / f"{name}.ipynb").write_text(json.dumps(notebook))
+    (folder / "m-deep.ipynb").write_text("[" * 100_000)
+    filled_lab(student, right, folder / "z-right.ipynb")
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def _marked_processes() -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if MARK in " ".join(process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, monkeypatch):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    submitted = _class_folder(folder, grader)
+    zips = {p.name: p.read_bytes() for p in grader.glob("*.zip")}
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where grading keeps its copies
+    monkeypatch.setenv("GRPO_CANARY", CANARY)
+    grades = tmp_path / "out" / "grades.csv"
+    code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),
+                     "--timeout", str(TIMEOUT_S), "--jobs", "2"])  # fmt: skip
+    assert code == 0
+    rows = {row["notebook"]: row for row in csv.DictReader(grades.open())}
+    assert sorted(rows) == sorted(submitted)  # one row each
+    assert all(float(row["possible"]) == 8 for row in rows.values() if row["lab"] == LAB)
+    for name in ("a-right.ipynb", "z-right.ipynb"):
+        assert float(rows[name]["total"]) == 8 and not rows[name]["problem"], rows[name]
+    for name in ("h-deletes-class.ipynb", "h-plants-file.ipynb", "h-rewrites-zip.ipynb",
+                 "h-holds-copies.ipynb", "h-session.ipynb", "h-double-fork.ipynb"):  # fmt: skip
+        assert float(rows[name]["total"]) == 8, rows[name]  # harmless: right answers score
+    assert float(rows["w-wrong.ipynb"]["total"]) < 8  # the zips were not rewritten
+    for name in ("h-fork-bomb.ipynb", "b-loops.ipynb"):
+        assert f"time limit of {TIMEOUT_S} s" in rows[name]["problem"], rows[name]
+    assert "cell" in rows["c-syntax.ipynb"]["problem"]
+    assert "SyntaxError" in rows["c-syntax.ipynb"]["problem"]
+    assert "not a lab notebook" in rows["d-not-a-lab.ipynb"]["problem"]
+    feedback = tmp_path / "out" / "grades-feedback"
+    assert "time limit" in (feedback / "b-loops.txt").read_text()
+    assert "not a lab notebook" in (feedback / "d-not-a-lab.txt").read_text()
+    assert float(rows["h-leaks.ipynb"]["total"]) < 8
+    for name in ("m-otter-not-a-dict", "m-deep", "m-escapes"):
+        assert "not a lab" in rows[f"{name}.ipynb"]["problem"], rows[f"{name}.ipynb"]
+    for name in ("m-cells-null", "m-cells-strings", "m-source-number"):
+        row = rows.get(f"{name}.ipynb")
+        assert row["problem"], row  # graded or not, the reason is said
+    # nothing submitted was lost or changed, nothing planted, no zip rewritten
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == submitted
+    assert {p.name: p.read_bytes() for p in grader.glob("*.zip")} == zips
+    # nothing outlives grading: no process, no folder of copies or hidden tests
+    assert not _marked_processes()
+    assert list(scratch.iterdir()) == []
+    # the learners' feedback holds no hidden value, no secret, no instructor's environment
+    seed = str(lab_seed(SECRET, LAB))
+    everything = [grades.read_text(), *(p.read_text() for p in (tmp_path / "out").rglob("*.txt")
+                                        if "grades-feedback" in str(p))]  # fmt: skip
+    for text in everything:
+        assert CANARY not in text and seed not in text and str(SECRET) not in text
+    leaks = (tmp_path / "out" / "grades-feedback" / "h-leaks.txt").read_text()
+    assert "raised ValueError" in leaks and len(max(leaks.splitlines(), key=len)) <= 300
+    wrong = (tmp_path / "out" / "grades-feedback" / "w-wrong.txt").read_text()
+    instructor = (tmp_path / "out" / "grades-instructor" / "w-wrong.txt").read_text()
+    inputs = [line.strip() for line in instructor.splitlines() if line.strip().startswith("input:")]
+    shown = [line for line in inputs if line in wrong]
+    assert "hidden case" in wrong and len(shown) < len(inputs)  # the instructor sees them all
+
+
+def test_hidden_cases_show_name_hint_and_exception_line_only():
+    message = (
+        "\n  case:     binary rewards\n  input:    tensor([1.0, 0.0]), 2\n"
+        "  expected: tensor([0.7, -0.7])\n  got:      raised ZeroDivisionError: division by zero "
+        + "x" * 300
+        + "\n            (line 3 of your code: return a / 0)\n  hint:     equation (2)"
+    )
+    shown = learner_message(message, hidden=True)
+    assert "binary rewards" in shown and "equation (2)" in shown and "line 3 of your code" in shown
+    assert "tensor(" not in shown and "expected:" not in shown and "input:" not in shown
+    assert "raised ZeroDivisionError: division by zero" in shown
+    assert all(len(line) <= 300 for line in shown.splitlines())
+    public = learner_message(message, hidden=False)  # its values shown, the exception cut
+    assert "input:    tensor([1.0, 0.0]), 2" in public and "tensor([0.7, -0.7])" in public
+    assert "x" * 200 not in public and "line 3 of your code" in public
+    otter_style = (
+        "Traceback (most recent call last):\n  File \"x\"\n    f()\nKeyError: 'seed=1234'\nmore"
+    )
+    shown = learner_message(otter_style, hidden=True)
+    assert shown.strip().startswith("raised KeyError: 'seed=1234'") and "more" not in shown
+
+
+def test_each_lab_has_its_own_seed_from_one_secret():
+    seeds = {lab_seed(SECRET, lab) for lab in ("01_advantages", "02_returns", "07_capstone")}
+    assert len(seeds) == 3 and all(0 <= s < 2**48 for s in seeds)
+    assert lab_seed(SECRET, LAB) == lab_seed(SECRET, LAB) != lab_seed(SECRET + 1, LAB)
+
+
+def test_the_zips_carry_each_labs_own_seed(grader):
+    with zipfile.ZipFile(grader / f"{LAB}-autograder.zip") as autograder:
+        tests = "".join(autograder.read(n).decode() for n in autograder.namelist()
+                        if n.startswith("tests/"))  # fmt: skip
+    assert f"seed={lab_seed(SECRET, LAB)}" in tests and str(SECRET) not in tests
+
+
+def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    student = ROOT / STUDENT_DIR / f"{LAB}.ipynb"
+    filled_lab(student, PACKAGE_ANSWERS_01, folder / "a-right.ipynb")
+    for name in ("b-loops", "c-loops"):
+        answers = dict(PACKAGE_ANSWERS_01)
+        answers[0] = (f"import subprocess\nsubprocess.Popen({_sleeper_argv()})\n"
+                      "while True:\n    pass")  # fmt: skip
+        filled_lab(student, answers, folder / f"{name}.ipynb")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    grades = tmp_path / "grades.csv"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grpo_minimal", "lab", "grade", str(folder), "--out", str(grades),
+         "--grader", str(grader), "--timeout", "600", "--jobs", "2"],
+        env={**os.environ, "TMPDIR": str(scratch)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if grades.exists() and len(grades.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.5)
+    time.sleep(5)  # both loops running
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, (out, err)
+    assert "interrupted" in err and len(err.strip().splitlines()) == 1, err
+    rows = list(csv.DictReader(grades.open()))
+    assert [r["notebook"] for r in rows] == ["a-right.ipynb"] and float(rows[0]["total"]) == 8
+    time.sleep(1)
+    assert not _marked_processes()
+    assert list(scratch.iterdir()) == []
