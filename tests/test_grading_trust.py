@@ -36,7 +36,7 @@ SECRET = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(48))
 LAB = "01_advantages"
 CANARY = "canary-" + secrets.token_hex(8)  # in the instructor's environment: no learner reads it
 MARK = "grpo-trust-" + secrets.token_hex(6)  # in every process a hostile submission starts
-TIMEOUT_S = 30
+TIMEOUT_S = 60  # the endless loop holds a job this long; right notebooks take ~10 s
 
 pytestmark = pytest.mark.skipif(
     bool(sandbox.missing_tools()), reason="bubblewrap is not installed (.ci/run installs it)"
@@ -99,8 +99,9 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
             "recursive=True):\n    open(p, 'w').write('{}') if p.endswith('.ipynb') else None")  # fmt: skip
     hostile("h-session.ipynb", _sleeper("session"))
     hostile("h-double-fork.ipynb", _sleeper("double fork"))
-    hostile("h-fork-bomb.ipynb", "import os\nwhile True:\n    try:\n        os.fork()\n"
-                                 "    except OSError:\n        pass")  # fmt: skip
+    hostile("h-fork-bomb.ipynb",  # forks until the process limit refuses, children sleeping
+            "import os, time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(600)\n"
+            "        os._exit(0)")  # fmt: skip
     filled_lab(student, {**right, 0: (  # raises with the environment and the hidden tests
         "import glob, os\ndef group_advantages(rewards, num_generations, scale_rewards='group', "
         "eps=1e-4):\n    text = ' '.join(open(p).read() for p in glob.glob('tests/*.py'))\n"
@@ -131,9 +132,13 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
 
 
 def _marked_processes() -> list[psutil.Process]:
+    """Processes a submission started: MARK in the command line or, grading as root, any
+    process of a job's own user id."""
+    uids = range(sandbox.SANDBOX_UID_BASE, sandbox.SANDBOX_UID_BASE + 8)
     found = []
-    for process in psutil.process_iter(["cmdline"]):
-        if MARK in " ".join(process.info["cmdline"] or []):
+    for process in psutil.process_iter(["cmdline", "uids"]):
+        marked = MARK in " ".join(process.info["cmdline"] or [])
+        if marked or (os.geteuid() == 0 and process.info["uids"].real in uids):
             found.append(process)
     return found
 
@@ -160,8 +165,8 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, m
                  "h-holds-copies.ipynb", "h-session.ipynb", "h-double-fork.ipynb"):  # fmt: skip
         assert float(rows[name]["total"]) == 8, rows[name]  # harmless: right answers score
     assert float(rows["w-wrong.ipynb"]["total"]) < 8  # the zips were not rewritten
-    for name in ("h-fork-bomb.ipynb", "b-loops.ipynb"):
-        assert f"time limit of {TIMEOUT_S} s" in rows[name]["problem"], rows[name]
+    assert f"time limit of {TIMEOUT_S} s" in rows["b-loops.ipynb"]["problem"]
+    assert rows["h-fork-bomb.ipynb"]["lab"] == LAB  # held at the process limit, graded or not
     assert "cell" in rows["c-syntax.ipynb"]["problem"]
     assert "SyntaxError" in rows["c-syntax.ipynb"]["problem"]
     assert "not a lab notebook" in rows["d-not-a-lab.ipynb"]["problem"]

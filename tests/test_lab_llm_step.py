@@ -265,6 +265,7 @@ def make_step(
     scale_rewards=True,
     bias_correction=True,
     count=True,
+    zero_grad=True,
 ):
     """LMGRPOTrainer.step for one micro-batch and one iteration, one switch per mistake."""
 
@@ -298,7 +299,8 @@ def make_step(
             max_completion_length=cfg.max_completion_length,
             use_bias_correction_kl=cfg.use_bias_correction_kl and bias_correction,
         )  # fmt: skip
-        self.optimizer.zero_grad(set_to_none=True)
+        if zero_grad:
+            self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if clip:
             max_norm = cfg.max_grad_norm
@@ -370,6 +372,11 @@ STEP_WRONG = {  # the mistake -> the case that details it, a piece of its hint
         "use_bias_correction_kl",
     ),
     "steps_not_counted": (make_step(count=False), f"{LESSON}: optimizer", "steps_done += 1"),
+    "gradients_never_zeroed": (  # the check's trainer starts zeroed: only a stale start shows it
+        make_step(zero_grad=False),
+        f"{checks.STALE_GRADIENTS}: gradient",
+        "zero_grad() before loss.backward()",
+    ),
 }
 
 

@@ -170,11 +170,12 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
 
 def grade_notebook_file(
     notebook: Path, grader_dir: Path = GRADER_DIR
-) -> tuple[list[ExerciseResult], list[str]]:
+) -> tuple[list[ExerciseResult], list[str], list[dict]]:
     """Every check, hidden ones included, for one submitted notebook, in this process.
 
-    Returns the results and what the checks reported measuring. ``grade_folder`` calls this in a
-    sandboxed process per notebook; call it directly only on notebooks you trust.
+    Returns the results, what the checks reported measuring and the cells that raised while the
+    notebook ran (``cell_errors``). ``grade_folder`` calls this in a sandboxed process per
+    notebook; call it directly only on notebooks you trust.
     """
     from otter.api import grade_submission
 
@@ -190,7 +191,28 @@ def grade_notebook_file(
         with _environment({REPORT_ENV: str(report_file)}), _quiet():
             results = grade_submission(str(notebook), str(autograder), quiet=True)
         reports = report_file.read_text().splitlines() if report_file.exists() else []
-    return _exercises(results), reports
+    return _exercises(results), reports, cell_errors(results.notebook)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def cell_errors(executed) -> list[dict]:
+    """Each code cell that raised while the notebook ran: its first line of code, the exception's
+    type and first line (what a learner is shown) and the whole traceback (the instructor's)."""
+    errors = []
+    for cell in getattr(executed, "cells", None) or []:
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            if output.get("output_type") != "error":
+                continue
+            source = str(cell.get("source", "")).strip().splitlines()
+            value = (str(output.get("evalue", "")).strip().splitlines() or [""])[0]
+            errors.append({
+                "cell": (source[0] if source else "")[:80],
+                "error": f"{output.get('ename', 'Error')}: {value}"[:200].rstrip(": "),
+                "traceback": _ANSI.sub("", "\n".join(output.get("traceback", [])))[-4000:],
+            })  # fmt: skip
+    return errors
 
 
 KERNEL_STARTUP_S = 300
@@ -243,6 +265,7 @@ class Graded:
     reports: list[str]
     problem: str | None = None  # not graded, or graded with a problem (a syntax error, ...)
     log: str = ""  # the grading process's stderr: the instructor's file only
+    cell_errors: list[dict] = field(default_factory=list)  # cells that raised (cell_errors)
 
 
 class Grader:
@@ -280,7 +303,9 @@ class Grader:
         scratch = Path(tempfile.mkdtemp(prefix="lab-grade-"))
         try:
             (scratch / "home").mkdir()
-            copy = scratch / "submission.ipynb"  # the learner's file name stays outside
+            # named as the lab's notebook, as otter's first cell opens it (never the learner's
+            # file name, which stays outside)
+            copy = scratch / f"{lab}.ipynb"
             shutil.copyfile(notebook, copy)
             shutil.copyfile(autograder, scratch / autograder.name)
             request = {"notebook": str(copy), "grader_dir": str(scratch),
@@ -303,7 +328,8 @@ class Grader:
             error = outcome.get("error") or "the grading process ended without a result"
             return Graded(notebook.name, lab, [], [], f"grading failed: {error}", log)
         exercises = [ExerciseResult(**e) for e in outcome["exercises"]]
-        return Graded(notebook.name, lab, exercises, outcome["reports"], None, log)
+        errors = outcome.get("cell_errors", [])
+        return Graded(notebook.name, lab, exercises, outcome["reports"], None, log, errors)
 
     def _execute(self, scratch: Path) -> tuple[dict, str]:
         """Run the graded process on ``scratch``; its outcome (the JSON line it wrote on its
@@ -399,12 +425,13 @@ def _graded_process(request_file: str) -> None:
     try:
         request = json.loads(Path(request_file).read_text())
         with _environment({REPORT_ENV: request["report_file"]}):
-            exercises, _ = grade_notebook_file(
+            exercises, _, errors = grade_notebook_file(
                 Path(request["notebook"]), Path(request["grader_dir"])
             )
         report = Path(request["report_file"])
         reports = report.read_text(errors="replace").splitlines()[:50] if report.exists() else []
-        outcome = {"exercises": [asdict(e) for e in exercises], "reports": reports}
+        outcome = {"exercises": [asdict(e) for e in exercises], "reports": reports,
+                   "cell_errors": errors}  # fmt: skip
     except BaseException as error:
         traceback.print_exc()
         first = (str(error).strip().splitlines() or [""])[0][:200]
@@ -413,7 +440,7 @@ def _graded_process(request_file: str) -> None:
     out.flush()
 
 
-def _hidden_from_submissions(folder: Path, out: Path, grader_dir: Path) -> list[Path]:
+def _kept_from_submissions(folder: Path, out: Path, grader_dir: Path) -> list[Path]:
     """What a sandbox must not see: the class folder, the graders, the output, the instructor's
     home and working folder."""
     return [Path(folder), Path(grader_dir), Path(out).parent, Path.home(), Path.cwd()]
@@ -469,7 +496,7 @@ def grade_folder(
     instructor_dir = out.parent / f"{out.stem}-instructor"
     for directory in (feedback_dir, instructor_dir):
         directory.mkdir(parents=True, exist_ok=True)
-    hidden = _hidden_from_submissions(folder, out, grader_dir)
+    hidden = _kept_from_submissions(folder, out, grader_dir)
     threads = None if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
     graders = [Grader(grader_dir, timeout_s, slot, threads, use_sandbox, hidden)
                for slot in range(min(jobs, len(notebooks)))]  # fmt: skip
@@ -607,6 +634,12 @@ def _feedback(result: Graded, learner: bool, possible: float | None = None) -> s
         for message, is_hidden in zip(exercise.failures, hidden, strict=False):
             shown = learner_message(message, is_hidden) if learner else message
             lines.append("      " + shown.strip("\n").replace("\n", "\n      "))
+    if result.cell_errors:  # what stopped a cell (the training cell, say) is never silent
+        lines += ["", "cells that raised an error while the notebook ran:"]
+        for error in result.cell_errors:
+            lines.append(f"  the cell starting `{error['cell']}`: {error['error']}")
+            if not learner:
+                lines.append("    " + error["traceback"].replace("\n", "\n    "))
     if result.reports:
         lines += ["", "measured:", *(f"  {r}" for r in result.reports)]
     if not learner and result.log.strip():

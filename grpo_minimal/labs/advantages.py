@@ -12,7 +12,15 @@ from collections.abc import Callable
 import torch
 
 from grpo_minimal import advantages as package
-from grpo_minimal.labs.checking import Case, cases_for, check_answer, draw_int, generator, run_cases
+from grpo_minimal.labs.checking import (
+    Case,
+    Mistake,
+    cases_for,
+    check_answer,
+    draw_int,
+    generator,
+    run_cases,
+)
 
 
 def _t(*values: float) -> torch.Tensor:
@@ -160,10 +168,29 @@ def rloo_twins(seed: int) -> list[Case]:
     ]
 
 
+def _eps_inside_the_sqrt(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    """A mistake: (r - mean) / sqrt(var + eps) instead of (r - mean) / (std + eps)."""
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards == "none":
+        return centred.flatten()
+    var = grouped.var(dim=1, keepdim=True) if scale_rewards == "group" else rewards.float().var()
+    return (centred / torch.sqrt(var + eps)).flatten()
+
+
+GROUP_MISTAKES = [
+    Mistake(
+        _eps_inside_the_sqrt,
+        "eps goes outside the square root: divide by (std + eps), not sqrt(var + eps); the "
+        "two differ little at eps=1e-4 and a lot at a larger eps",
+    ),  # fmt: skip
+]
+
+
 def check_group_advantages(fn: Callable, seed: int | None = None) -> None:
     """The public cases and their twins; with the grader's ``seed``, fresh twins only."""
     cases = cases_for(GROUP_PUBLIC, group_twins, seed)
-    run_cases(fn, "group_advantages", cases, package.group_advantages)
+    run_cases(fn, "group_advantages", cases, package.group_advantages, mistakes=GROUP_MISTAKES)
 
 
 def check_rloo_advantages(fn: Callable, seed: int | None = None) -> None:

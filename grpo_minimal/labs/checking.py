@@ -59,6 +59,17 @@ class Case:
         return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class Mistake:
+    """A mistake learners make, as a wrong implementation, and the hint that names it. When a
+    learner's output on a failing case is this implementation's output (and not the expected
+    one), the message gives this hint rather than the case's: a hint per mistake made, not per
+    case that caught it."""
+
+    fn: Callable
+    hint: str
+
+
 def _rounded(value: Any) -> Any:
     """Floats to 6 significant digits: enough to see a wrong value, short enough to read."""
     if isinstance(value, float):
@@ -178,18 +189,33 @@ def _explain_none(got: Any) -> str:
     return ""
 
 
+def _diagnosed(mistakes: Sequence[Mistake], case: Case, got: Any, expected: Any,
+               compare: Callable[[Any, Any], bool]) -> str | None:  # fmt: skip
+    """The hint of the first known mistake whose output on ``case`` is what the learner got."""
+    for mistake in mistakes:
+        try:
+            theirs = mistake.fn(*_clone(case.args), **_clone(case.kwargs))
+        except Exception:
+            continue
+        if compare(got, theirs) and not compare(theirs, expected):
+            return mistake.hint
+    return None
+
+
 def run_cases(
     fn: Callable | None,
     name: str,
     cases: Sequence[Case],
     reference: Callable | None = None,
     compare: Callable[[Any, Any], bool] = close,
+    mistakes: Sequence[Mistake] = (),
 ) -> None:
     """Call ``fn`` on every case; raise ``CheckFailed`` if any does not match.
 
     The message details the first failing case and names the others. A case without
     ``expected`` is compared with ``reference(*args, **kwargs)``. Inputs are cloned for the
     learner's call, so a function that edits its input in place cannot change the expected value.
+    A failing output that one of ``mistakes`` gives too is told that mistake's hint.
     """
     require_function(fn, name)
     failures: list[CheckFailed] = []
@@ -207,9 +233,11 @@ def run_cases(
             names.append(case.name)
             continue
         if not compare(got, expected):
+            hint = _diagnosed(mistakes, case, got, expected, compare)
             failures.append(
-                failure(case, case.describe_input(), expected, got, case.hint + _explain_none(got))
-            )
+                failure(case, case.describe_input(), expected, got,
+                        hint or case.hint + _explain_none(got))
+            )  # fmt: skip
             names.append(case.name)
             if got is None or got is Ellipsis:
                 break  # a stub, or nothing returned: every other case would say the same
@@ -299,6 +327,7 @@ def _clone(value: Any) -> Any:
 
 # A check may report what it measured (the capstone's accuracy); grading collects it here.
 REPORT_ENV = "GRPO_LAB_REPORT"
+
 
 def report(text: str) -> None:
     """A measurement for the grader's feedback file (printed when not grading)."""

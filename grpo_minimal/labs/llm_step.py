@@ -699,8 +699,22 @@ class _StepRun:
     sample_calls: int
 
 
+STALE_GRADIENTS = "gradients left by an earlier backward"
+"""A step case's setting (not a ``MathConfig`` field): every parameter starts the step holding a
+gradient, as after the previous step's backward, so a step that does not zero them first adds
+the new gradient to the old one."""
+
+STALE_GRADIENT = 0.25
+"""The stale gradient of every entry: its norm over the model's parameters is far above the
+clipping norm, so a step that keeps it moves the compared gradient far off."""
+
+
 def _run_step(step: Callable, setup: StepSetup, settings: tuple) -> _StepRun:
-    trainer, rows = step_trainer(settings, setup)
+    stale = dict(settings).get(STALE_GRADIENTS, False)
+    trainer, rows = step_trainer(tuple(kv for kv in settings if kv[0] != STALE_GRADIENTS), setup)
+    if stale:
+        for parameter in trainer.model.parameters():
+            parameter.grad = torch.full_like(parameter, STALE_GRADIENT)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     out, error = None, None
     try:
@@ -796,6 +810,8 @@ _STEP_HINTS = {
     "rollout.completion_mask, beta=..., epsilon=..., epsilon_high=..., loss_type=..., "
     "max_completion_length=..., use_bias_correction_kl=...) with the values of self.cfg and the "
     "rollout's own mask (EOS kept, padding out); metrics['loss'] = loss.item()",
+    "stale": "self.optimizer.zero_grad() before loss.backward(): backward ADDS to the .grad "
+    "the previous step left, so without it each update carries the old gradients too",
     "gradient": "zero the old gradients, loss.backward(), then clip the global norm to "
     "cfg.max_grad_norm (torch.nn.utils.clip_grad_norm_); pi_old is pi detached (old_logps=None), "
     "the advantages' sign is the reward's, and the mask keeps each completion's EOS",
@@ -813,7 +829,13 @@ _TEMPERATURE_STEP_HINT = (
 def _step_case(name: str, part: str, settings: dict, hint: str = "",
                setup: StepSetup = PUBLIC_SETUP) -> Case:  # fmt: skip
     """A step case; a twin's name ends with its problems (the public cases' are STEP_ROWS)."""
-    text = ", ".join(f"{k}={v!r}" for k, v in settings.items()) or "the lab's defaults"
+    text = ", ".join(f"{k}={v!r}" for k, v in settings.items() if k != STALE_GRADIENTS)
+    text = (text or "the lab's defaults") + (
+        f"; every parameter's .grad holds {STALE_GRADIENT} when the step starts (an earlier "
+        "backward's)"
+        if settings.get(STALE_GRADIENTS)
+        else ""
+    )
     prompts = [prompt for prompt, _ in setup.rows]
     where = "" if setup == PUBLIC_SETUP else f", problems {' '.join(prompts)}"
     return Case(
@@ -825,6 +847,12 @@ def _step_case(name: str, part: str, settings: dict, hint: str = "",
     )
 
 
+def _stale_case(setup: StepSetup = PUBLIC_SETUP) -> Case:
+    """A step that starts with the gradients an earlier backward left: only the zeroing shows."""
+    case = _step_case(STALE_GRADIENTS, "gradient", {STALE_GRADIENTS: True}, setup=setup)
+    return replace(case, hint=_STEP_HINTS["stale"])
+
+
 LESSON = "the lesson's settings (dapo, beta=0.04)"
 
 STEP_PUBLIC = [
@@ -833,6 +861,7 @@ STEP_PUBLIC = [
         _step_case("temperature 0.7", part, {"temperature": 0.7}, _TEMPERATURE_STEP_HINT)
         for part in ("loss", "gradient")
     ),
+    _stale_case(),
 ]
 
 
@@ -896,6 +925,7 @@ def step_twins(seed: int) -> list[Case]:
              "max_grad_norm=0 means no clipping (an infinite max norm), not a zero gradient"),
         case(f"a {steps}-step schedule, learning_rate={rate}", "optimizer",
              {"max_steps": steps, "learning_rate": rate}),
+        _stale_case(setup),
     ]  # fmt: skip
 
 

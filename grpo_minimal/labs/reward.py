@@ -25,6 +25,7 @@ import ast
 import builtins
 import dis
 import math
+import re
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ from grpo_minimal import answers as package_answers
 from grpo_minimal import rewards as package_rewards
 from grpo_minimal.labs.checking import (
     Case,
+    Mistake,
     cases_for,
     check_answer,
     expect_raises,
@@ -261,6 +263,9 @@ _HINTS = {
     "zero denominator": "a zero denominator is not a number: return None, never raise "
     "ZeroDivisionError",
     "two signs": "at most one leading '-'",
+    "plus sign": "'-' is the only sign of the table: '+5' is not a number (None)",
+    "bare point": "a '.' needs digits on both sides: '.5' and '5.' are not numbers of the table "
+    "(None); Fraction reads them, so check the text with your pattern first",
     "41 digits": f"more than MAX_NUMBER_DIGITS = {package_answers.MAX_NUMBER_DIGITS} digits is "
     "not a number (it bounds the cost of exact arithmetic): count the digits and return None",
     "4300 digits": "count the digits BEFORE calling Fraction: Fraction of a text with more than "
@@ -268,6 +273,20 @@ _HINTS = {
     "not a string": "anything but a str: return None",
     "number object": "anything but a str: return None (no str(text): the input is not a text)",
 }
+
+
+_OUTSIDE_THE_TABLE = re.compile(r"\s*\+|.*(?<![0-9])\.|.*\.(?![0-9])", re.DOTALL)
+"""A '+' sign, or a '.' without a digit on each side: numbers the package reads (``+5``, ``.5``,
+``5.``) and the lab's table refuses."""
+
+
+def table_parse_number(text: Any) -> Fraction | None:
+    """``parse_number`` held to the lab's table: the package's, except that it also reads a '+'
+    sign and a '.' with no digit on one side, which the table refuses. The expected values of
+    the parse cases (a learner is graded on the table, not on the package's extras)."""
+    if isinstance(text, str) and _OUTSIDE_THE_TABLE.match(text):
+        return None
+    return package_answers.parse_number(text)
 
 
 def _parse(name: str, text: Any, expected: Fraction | None, kind: str, **show: str) -> Case:
@@ -302,6 +321,9 @@ PARSE_PUBLIC = [
     _parse("an expression is not a number", "2+2", None, "expression"),
     _parse("division by zero", "1/0", None, "zero denominator"),
     _parse("two signs", "--5", None, "two signs"),
+    _parse("a plus sign", "+5", None, "plus sign"),
+    _parse("a point with no digit before it", ".5", None, "bare point"),
+    _parse("a point with no digit after it", "5.", None, "bare point"),
     _parse("the empty string", "", None, "empty"),
     _parse("not a string", None, None, "not a string"),
 ]
@@ -407,6 +429,9 @@ def parse_twins(seed: int) -> list[Case]:
         ),
         _parse("division by zero (random)", f"{p}/0", None, "zero denominator"),
         _parse("two signs (random)", f"--{p}", None, "two signs"),
+        _parse("a plus sign (random)", f"+{q}", None, "plus sign"),
+        _parse("a point with no digit before it (random)", f".{q}", None, "bare point"),
+        _parse("a point with no digit after it (random)", f"{p}.", None, "bare point"),
         _parse("only spaces", " " * _int(g, 1, 4), None, "empty"),
         _parse("41 digits", forty_one, None, "41 digits", show=_long(forty_one)),
         _parse(
@@ -427,7 +452,7 @@ def check_parse_number(fn: Callable, seed: int | None = None) -> None:
     The security scan comes first."""
     check_no_evaluator(fn, "parse_number")
     cases = cases_for(PARSE_PUBLIC, parse_twins, seed)
-    run_cases(fn, "parse_number", cases, package_answers.parse_number, compare=_same_number)
+    run_cases(fn, "parse_number", cases, table_parse_number, compare=_same_number)
 
 
 # --- exercise 2: accuracy_reward ----------------------------------------------------------------
@@ -505,6 +530,9 @@ _REWARD_HINTS = {
     "reading it",
     "right after the cap": f"longer than MAX_COMPLETION_CHARS = {MAX_CHARS:,} characters scores "
     "0.0 unread, even when right: check len(text) first",
+    "answer then the cap": f"longer than MAX_COMPLETION_CHARS = {MAX_CHARS:,} characters scores "
+    "0.0 unread, wherever the answer is: do not cut the text to the cap (text[:cap] still reads "
+    "the box at its start), check len(text) first",
     "non-strings": "a completion that is neither a str nor a list of messages scores 0.0, it "
     "never raises",
     "content None": "a message's content can be None (a tool call, say): it is not a str, so it "
@@ -539,6 +567,13 @@ ACCURACY_PUBLIC = [
         ["So 6*7 = 42. The answer is 42.", "The answer is 41."],
         [42, 42],
         [1.0, 0.0],
+        "phrase",
+    ),
+    _reward(
+        "the phrase ends with its sentence",
+        ["The answer is 42. I double-checked it."],
+        [42],
+        [1.0],
         "phrase",
     ),
     _reward(
@@ -624,6 +659,15 @@ def accuracy_twins(seed: int) -> list[Case]:
             [f"So {a}*{b} = {a * b}. The answer is {a * b}.", f"The answer is {a * b + d}."],
             [a * b, a * b],
             [1.0, 0.0],
+            "phrase",
+        ),
+        _reward(
+            "the phrase ends with its sentence (random)",
+            [
+                f"The answer is {a * b}. {_pick(g, ['I checked it twice.', 'Done.', 'That is all.'])}"
+            ],
+            [a * b],
+            [1.0],
             "phrase",
         ),
         _reward(
@@ -855,6 +899,14 @@ def accuracy_twins(seed: int) -> list[Case]:
             "right after the cap",
             show=f"[{LONG_THINKING!r} * {repeats} + '\\\\boxed{{{gold}}}'], ['{gold}']",
         ),
+        _reward(
+            "a right answer first, then past the length cap",
+            [_boxed(gold) + LONG_THINKING * repeats],
+            [gold],
+            [0.0],
+            "answer then the cap",
+            show=f"['\\\\boxed{{{gold}}}' + {LONG_THINKING!r} * {repeats}], ['{gold}']",
+        ),
         # odd completions
         _reward(
             "None and other non-strings",
@@ -912,6 +964,20 @@ def accuracy_error_twins(seed: int) -> list[Case]:
     ]
 
 
+def _booleans(completions, answer):
+    """A mistake: True / False for each completion instead of the reward 1.0 / 0.0."""
+    return [score == 1.0 for score in package_rewards.accuracy_reward(completions, answer)]
+
+
+ACCURACY_MISTAKES = [
+    Mistake(
+        _booleans,
+        "return floats, 1.0 or 0.0, not bools (True / False): a reward is a "
+        "number, and TRL multiplies each reward function's list by its weight",
+    ),  # fmt: skip
+]
+
+
 def check_accuracy_reward(fn: Callable, seed: int | None = None) -> None:
     """The public cases and their twins (with the grader's ``seed``, fresh twins only), then the
     caller's bugs that must raise; the security scan first. Every case runs: the message details
@@ -920,10 +986,11 @@ def check_accuracy_reward(fn: Callable, seed: int | None = None) -> None:
     reference = package_rewards.accuracy_reward
     values = cases_for(ACCURACY_PUBLIC, accuracy_twins, seed)
     errors = cases_for(ACCURACY_PUBLIC_ERRORS, accuracy_error_twins, seed)
+    run = partial(run_cases, fn, "accuracy_reward", reference=reference, mistakes=ACCURACY_MISTAKES)
     run_all(
         "accuracy_reward",
         fn,
-        [(c.name, partial(run_cases, fn, "accuracy_reward", [c], reference)) for c in values]
+        [(c.name, partial(run, [c])) for c in values]
         + [(c.name, partial(expect_raises, fn, c, ValueError)) for c in errors],
     )
 
