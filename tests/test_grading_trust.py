@@ -28,7 +28,7 @@ from lab_helpers import PACKAGE_ANSWERS_01, filled_lab
 
 from grpo_minimal import cli
 from grpo_minimal.instructor import sandbox
-from grpo_minimal.instructor.build import STUDENT_DIR, build_labs, lab_seed
+from grpo_minimal.instructor.build import GRADE_WITH, STUDENT_DIR, build_labs, lab_seed
 from grpo_minimal.instructor.grading import learner_message
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,6 +233,21 @@ def test_the_zips_carry_each_labs_own_seed(grader):
         tests = "".join(autograder.read(n).decode() for n in autograder.namelist()
                         if n.startswith("tests/"))  # fmt: skip
     assert f"seed={lab_seed(SECRET, LAB)}" in tests and str(SECRET) not in tests
+
+
+def test_a_zip_graded_without_the_package_says_how_to_grade(grader, monkeypatch):
+    """Uploaded to a grader that lacks grpo_minimal (Gradescope, `otter grade`), every check of
+    the zip fails with one line naming `grpo-minimal lab grade`, never a silent 0."""
+    from otter.test_files import ExceptionTestFile
+
+    with zipfile.ZipFile(grader / f"{LAB}-autograder.zip") as autograder:
+        source = autograder.read("tests/group_advantages.py").decode()
+    monkeypatch.setitem(sys.modules, "grpo_minimal", None)  # `import grpo_minimal` fails
+    test_file = ExceptionTestFile.from_string(source, "group_advantages.py")
+    test_file.run({"group_advantages": None})
+    messages = [result.message for result in test_file.test_case_results]
+    assert len(messages) == 2 and all(GRADE_WITH in m for m in messages), messages
+    assert test_file.score == 0
 
 
 def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):

@@ -64,7 +64,19 @@ def no_float(rewards, num_generations, scale_rewards="group", eps=1e-4):
     return centred.reshape(-1)
 
 
-GROUP_WRONG = [population_std, no_eps, batch_mean, ignores_scale, hard_coded_eps, no_float]
+def eps_inside_the_sqrt(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    """(r - mean) / sqrt(var + eps): close to the right value at eps=1e-4, far at eps=0.5."""
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards == "group":
+        centred = centred / torch.sqrt(grouped.var(dim=1, keepdim=True) + eps)
+    elif scale_rewards == "batch":
+        centred = centred / torch.sqrt(grouped.var() + eps)
+    return centred.reshape(-1)
+
+
+GROUP_WRONG = [population_std, no_eps, batch_mean, ignores_scale, hard_coded_eps, no_float,
+               eps_inside_the_sqrt]  # fmt: skip
 
 
 def reference_rloo(rewards, num_generations):
@@ -114,6 +126,15 @@ def test_integer_rewards_mistake_shows_the_learners_line():
     message = assert_fails(checks.check_group_advantages, no_float)
     assert "integer rewards" in message and "raised RuntimeError" in message
     assert "line" in message and "grouped.mean(dim=1, keepdim=True)" in message
+
+
+def test_each_mistake_is_told_its_own_hint():
+    """A hint per mistake made, not per case that caught it: eps inside the square root fails
+    the eps=... case, whose own hint (a hard-coded eps) would mislead."""
+    message = assert_fails(checks.check_group_advantages, eps_inside_the_sqrt)
+    hint = message.split("  hint:", 1)[1]
+    assert "outside the square root" in hint and "hard-code" not in hint, message
+    assert "hard-code" in assert_fails(checks.check_group_advantages, hard_coded_eps)
 
 
 def test_population_std_feedback_names_the_seed_case():

@@ -143,7 +143,23 @@ def parse_returns_float(text):
     return None if value is None else float(value)
 
 
+def parse_plus_sign(text):
+    """'+5' read as 5 (the package does; the lab's table does not)."""
+    if isinstance(text, str) and text.strip().startswith("+"):
+        text = text.strip()[1:]
+    return reference_parse(text)
+
+
+def parse_bare_point(text):
+    """'.5' and '5.' read as numbers (Fraction and the package do; the table does not)."""
+    if isinstance(text, str) and re.fullmatch(r"-?(?:[0-9]+\.|\.[0-9]+)", text.strip()):
+        return Fraction(text.strip())
+    return reference_parse(text)
+
+
 PARSE_WRONG = [
+    (parse_plus_sign, "a plus sign", "the only sign"),
+    (parse_bare_point, "a point with no digit before it", "digits on both sides"),
     (parse_via_float, "0.1 exactly", "never through float()"),
     (parse_float, "0.1 exactly", "never through float()"),
     (parse_int_cut, "a decimal, exactly", "never int() of it"),
@@ -164,9 +180,22 @@ def _name(item):
     return getattr(item, "__name__", None) or str(item)
 
 
-@pytest.mark.parametrize("fn", [reference_parse, answers.parse_number, rewards.parse_number])
+@pytest.mark.parametrize("fn", [reference_parse, checks.table_parse_number])
 def test_parse_reference_and_package_pass(fn):
     assert_passes(checks.check_parse_number, fn)
+
+
+@pytest.mark.parametrize("fn", [answers.parse_number, rewards.parse_number])
+def test_the_package_reads_more_than_the_table_and_only_that(fn):
+    """The package also reads '+5', '.5' and '5.' (a lenient reward for training); the lab is
+    graded on its table, which refuses them: those cases alone fail the package's function."""
+    message = assert_fails(checks.check_parse_number, fn)
+    failing = [message.split("case:", 1)[1].split("\n", 1)[0].strip()]
+    if "also failing" in message:
+        failing += message.split("also failing", 1)[1].split(":", 1)[1].strip().split("; ")
+    assert failing and all("plus sign" in n or "point with no digit" in n for n in failing), failing
+    for text in ("+5", ".5", "5."):
+        assert fn(text) is not None and checks.table_parse_number(text) is None
 
 
 @pytest.mark.parametrize(
@@ -433,7 +462,35 @@ for _fn, _name_ in [
     _fn.__name__ = _fn.__qualname__ = _name_
 
 
+def reward_cuts_to_the_cap(completions, answer, **kwargs):
+    """Reads the first MAX_COMPLETION_CHARS characters of a longer text instead of scoring 0."""
+    return reference_reward(
+        completions, answer, final=lambda t: _final_answer(t if t is None else t[:MAX_CHARS])
+    )
+
+
+def _final_past_the_sentence(text):
+    """'answer is' read to the end of the line (one trailing '.' dropped), not of its sentence."""
+    if text is None or len(text) > MAX_CHARS:
+        return None
+    boxes = re.findall(r"\\boxed\{([^}]*)\}", text)
+    phrases = [p.strip().rstrip(".") for p in re.findall(r"\banswer is\b(.*)", text, re.I)]
+    values = [reference_parse(spot) for spot in boxes + phrases]
+    return values[0] if values and None not in values and len(set(values)) == 1 else None
+
+
+def reward_phrase_past_the_sentence(completions, answer, **kwargs):
+    return reference_reward(completions, answer, final=_final_past_the_sentence)
+
+
+def reward_returns_bools(completions, answer, **kwargs):
+    return [score == 1.0 for score in reference_reward(completions, answer)]
+
+
 ACCURACY_WRONG = [
+    (reward_cuts_to_the_cap, "a right answer first, then past the length cap", "do not cut"),
+    (reward_phrase_past_the_sentence, "the phrase ends with its sentence", "end of its sentence"),
+    (reward_returns_bools, "a boxed integer, right and wrong", "not bools"),
     (reward_float_equality, "a repeating decimal is not its fraction", "never floats"),
     (reward_parses_via_float, "digits past a float's precision", "never through float()"),
     (reward_int_cut, "a decimal is not cut into an integer", "never int(float(x))"),
@@ -517,7 +574,7 @@ def test_stubs_get_clear_feedback():
 @pytest.mark.parametrize("seed", [PUBLIC_SEED, *GRADER_SEEDS, *range(100, 140)])
 def test_every_expected_value_is_the_packages(seed):
     for case in checks.parse_twins(seed) + (checks.PARSE_PUBLIC if seed == PUBLIC_SEED else []):
-        got = answers.parse_number(*case.args)
+        got = checks.table_parse_number(*case.args)
         assert got == case.expected if case.expected is not None else got is None, case.name
     accuracy = checks.accuracy_twins(seed) + (checks.ACCURACY_PUBLIC if seed == PUBLIC_SEED else [])
     for case in accuracy:

@@ -34,6 +34,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
 from grpo_minimal.course.notebook_setup import lab_setup_source
@@ -147,6 +148,48 @@ def assign(source: Path, seed: int, run_tests: bool = False) -> tuple[str, Path,
     return _normalise_student(student, source), autograder_zip, solution, workdir
 
 
+GRADE_WITH = (
+    "these checks need the grpo_minimal course package: grade this lab with `grpo-minimal lab "
+    "grade` (instructor/README.md, Grading), not with a grader that lacks it"
+)
+"""What every check of an autograder zip says when ``grpo_minimal`` cannot be imported (the zip
+uploaded to Gradescope, or run by ``otter grade``): one line, never a silent 0."""
+
+_GUARD = f"""
+
+def _needs_grpo_minimal():
+    try:
+        import grpo_minimal  # noqa: F401
+    except ImportError:
+        raise ImportError({GRADE_WITH!r}) from None
+"""
+
+
+def _guarded_test(source: str) -> str:
+    """A test file of the zip with ``_needs_grpo_minimal()`` before each import of the checks."""
+    lines = re.sub(
+        r"^(\s+)(from grpo_minimal\.labs import .+)$",
+        r"\1_needs_grpo_minimal()\n\1\2",
+        source,
+        flags=re.MULTILINE,
+    )
+    head, sep, rest = lines.partition("from otter.test_files import test_case\n")
+    return head + sep + _GUARD + rest if sep else _GUARD.lstrip() + lines
+
+
+def copy_autograder(source: Path, target: Path) -> None:
+    """The zip otter assign wrote, its test files guarded (``_guarded_test``), at ``target``."""
+    with (
+        zipfile.ZipFile(source) as original,
+        zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as guarded,
+    ):
+        for item in original.infolist():
+            data = original.read(item)
+            if item.filename.startswith("tests/") and item.filename.endswith(".py"):
+                data = _guarded_test(data.decode()).encode()
+            guarded.writestr(item, data)
+
+
 def build_labs(
     source_dir: Path = SOURCE_DIR,
     student_dir: Path = STUDENT_DIR,
@@ -176,7 +219,7 @@ def build_labs(
         )
         try:
             (student_dir / f"{source.stem}.ipynb").write_text(student_json)
-            shutil.copyfile(autograder_zip, grader_dir / f"{source.stem}-autograder.zip")
+            copy_autograder(autograder_zip, grader_dir / f"{source.stem}-autograder.zip")
             shutil.copyfile(solution, grader_dir / "solutions" / f"{source.stem}.ipynb")
         finally:
             shutil.rmtree(workdir, ignore_errors=True)

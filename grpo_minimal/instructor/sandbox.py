@@ -66,7 +66,7 @@ def readable_folders() -> list[Path]:
     return [*_python_folders(), package, data_dir().resolve()]
 
 
-NEVER_HIDDEN = {Path(p) for p in ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev",
+SYSTEM_FOLDERS = {Path(p) for p in ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev",
                                    "/proc", "/sys", "/run", "/var", "/opt")}  # fmt: skip
 """Folders the system runs from: never emptied, even when the instructor works in one."""
 
@@ -103,7 +103,7 @@ def command(
     emptied, ``readable`` files and folders bound back read-only (after the hiding, so a folder
     inside a hidden one is seen), then any hidden folder inside those hidden again."""
     scratch = scratch.resolve()
-    hidden = sorted({h.resolve() for h in hidden} - NEVER_HIDDEN, key=lambda p: len(p.parts))
+    hidden = sorted({h.resolve() for h in hidden} - SYSTEM_FOLDERS, key=lambda p: len(p.parts))
     readable = sorted({r.resolve() for r in readable}, key=lambda p: len(p.parts))
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     args += ["--perms", "1777", "--tmpfs", "/tmp"]  # everyone's, as a system's /tmp is

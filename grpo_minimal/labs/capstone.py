@@ -112,13 +112,49 @@ def measure_gain(model, tokenizer, cfg: MathConfig, seed: int) -> tuple[float, f
     return graded_accuracy(model, tokenizer, cfg, seed), base
 
 
+def shipped_model_with_weights_of(model):
+    """A fresh tiny model of the shipped architecture, and the shipped tokenizer, holding
+    ``model``'s weights: what is graded is the weights the run trained, never the learner's
+    object (a subclass whose ``generate`` computes the answer scores what its weights score).
+
+    Every weight of the shipped model must be there, with its shape; none may be extra."""
+    import torch
+
+    from grpo_minimal.lm_model import TINY_MODEL, load_model
+
+    fresh, tokenizer = load_model(str(TINY_MODEL), "cpu")
+    expected = fresh.state_dict()
+    try:
+        state = dict(model.state_dict())
+        weights = {
+            k: torch.as_tensor(v).detach().to(torch.float32).clone() for k, v in state.items()
+        }
+    except Exception as error:
+        raise failure("the trained model's weights", "model.state_dict()", "the tiny model's "
+                      "weights", f"raised {type(error).__name__}: {str(error)[:100]}",
+                      "keep the model the training cell returns (trainer.model)") from None  # fmt: skip
+    wrong = sorted(set(expected) ^ set(weights)) or sorted(
+        k for k in expected if tuple(weights[k].shape) != tuple(expected[k].shape)
+    )
+    if wrong:
+        raise failure("the trained model's weights", "model.state_dict()",
+                      "the shipped tiny model's weights, shape for shape",
+                      f"{len(wrong)} weights differ in name or shape, e.g. {wrong[0]!r}",
+                      "train the shipped tiny model (model='tiny'); its architecture is graded "
+                      "as shipped")  # fmt: skip
+    fresh.load_state_dict(weights, strict=True)
+    return fresh.eval(), tokenizer
+
+
 def check_model(model, tokenizer, cfg, target: int, seed: int) -> None:
-    """Hidden: the trained model beats the untrained one by ``GAIN_TARGETS[target]`` points on
-    the problems drawn with the grader's ``seed``; the measurement goes to the feedback file."""
+    """Hidden: the trained weights, loaded into a fresh model of the shipped architecture, beat
+    the untrained model by ``GAIN_TARGETS[target]`` points on the problems drawn with the
+    grader's ``seed``; the measurement goes to the feedback file."""
     check_config(cfg)
     if model is None or tokenizer is None:
         raise failure("the trained model", "model, tokenizer", "the model your run trained",
                       model, "run the training cell; it sets `model` and `tokenizer`")  # fmt: skip
+    model, tokenizer = shipped_model_with_weights_of(model)
     accuracy, base = measure_gain(model, tokenizer, cfg, seed)
     gain, goal = 100 * (accuracy - base), GAIN_TARGETS[target]
     count = len(graded_problems(seed))
