@@ -29,7 +29,7 @@ from lab_helpers import PACKAGE_ANSWERS_01, filled_lab
 from grpo_minimal import cli
 from grpo_minimal.instructor import sandbox
 from grpo_minimal.instructor.build import GRADE_WITH, STUDENT_DIR, build_labs, lab_seed
-from grpo_minimal.instructor.grading import learner_message
+from grpo_minimal.instructor.grading import checks_at_the_end, learner_message
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(48))
@@ -220,6 +220,22 @@ def test_hidden_cases_show_name_hint_and_exception_line_only():
     )
     shown = learner_message(otter_style, hidden=True)
     assert shown.strip().startswith("raised KeyError: 'seed=1234'") and "more" not in shown
+
+
+def test_checks_run_after_the_whole_notebook():
+    """otter keeps a check's first result: a `grader.check` cell above the cell that makes what
+    it grades (the capstone's, above its training) would grade nothing. Grading tags those cells
+    `otter_ignore`, so every check runs at the end; other cells are left as they are."""
+    cells = [
+        {"cell_type": "code", "metadata": {}, "source": 'grader.check("capstone")'},
+        {"cell_type": "code", "metadata": {"tags": ["x"]}, "source": ["grader.check('q1')\n"]},
+        {"cell_type": "code", "metadata": {}, "source": "model = train()\ngrader.check('q')"},
+        {"cell_type": "markdown", "metadata": {}, "source": 'grader.check("capstone")'},
+    ]
+    out = json.loads(checks_at_the_end(json.dumps({"cells": cells}).encode()))
+    tags = [cell["metadata"].get("tags", []) for cell in out["cells"]]
+    assert tags == [["otter_ignore"], ["x", "otter_ignore"], [], []]
+    assert checks_at_the_end(b"[" * 10) == b"[" * 10  # unreadable: as it is
 
 
 def test_each_lab_has_its_own_seed_from_one_secret():

@@ -23,7 +23,7 @@ from lab_helpers import (
 from grpo_minimal import completions, group_advantages, grpo_loss
 from grpo_minimal import lm_grpo as package
 from grpo_minimal.labs import llm_step as checks
-from grpo_minimal.labs.checking import PUBLIC_SEED, CheckFailed
+from grpo_minimal.labs.checking import GRADING_ENV, PUBLIC_SEED, CheckFailed
 from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.lm_train import MathConfig
 from grpo_minimal.rewards import accuracy_reward, score_completions
@@ -523,6 +523,24 @@ def test_training_with_a_right_step_passes(quick):
 
 def test_training_seed_is_fixed_per_use():
     assert checks.TRAINING_SEEDS == {"public": 0, "graded": 1}
+
+
+def test_grading_trains_once(monkeypatch):
+    """Under `lab grade` the notebook's own run, the public check and the hidden one use the
+    graded seed: one cached run, not two (a lab 06 notebook took 9 minutes to grade)."""
+    seeds = []
+
+    def record(step, cfg=None, progress=False):
+        seeds.append((cfg or checks.training_config()).seed)
+
+    monkeypatch.setattr(checks, "train_with_step", record)
+    for graded in (False, True):
+        monkeypatch.setenv(GRADING_ENV, "1" if graded else "0")
+        checks.train_with_step(reference_step)  # the notebook's cell
+        for seed in (None, 12_345):  # the public check, the hidden one
+            with pytest.raises(CheckFailed):  # record returns no run: "step returned nothing"
+                checks.check_training(reference_step, seed=seed)
+    assert seeds == [0, 0, 1, 1, 1, 1]
 
 
 @pytest.mark.parametrize(

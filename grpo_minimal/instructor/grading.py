@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import zipfile
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from grpo_minimal.instructor import sandbox
 from grpo_minimal.instructor.build import GRADER_DIR
-from grpo_minimal.labs.checking import REPORT_ENV
+from grpo_minimal.labs.checking import GRADING_ENV, REPORT_ENV
 
 
 @dataclass
@@ -266,6 +267,7 @@ class Graded:
     problem: str | None = None  # not graded, or graded with a problem (a syntax error, ...)
     log: str = ""  # the grading process's stderr: the instructor's file only
     cell_errors: list[dict] = field(default_factory=list)  # cells that raised (cell_errors)
+    seconds: float = 0.0  # wall-clock time this submission took to grade
 
 
 class Grader:
@@ -306,10 +308,9 @@ class Grader:
             # named as the lab's notebook, as otter's first cell opens it (never the learner's
             # file name, which stays outside)
             copy = scratch / f"{lab}.ipynb"
-            shutil.copyfile(notebook, copy)
+            copy.write_bytes(checks_at_the_end(notebook.read_bytes()))
             shutil.copyfile(autograder, scratch / autograder.name)
-            request = {"notebook": str(copy), "grader_dir": str(scratch),
-                       "report_file": str(scratch / "report.txt")}  # fmt: skip
+            request = {"notebook": str(copy), "grader_dir": str(scratch)}
             (scratch / "request.json").write_text(json.dumps(request))
             uid = sandbox.job_uid(self.slot) if self.use_sandbox else None
             if uid is not None:
@@ -338,7 +339,7 @@ class Grader:
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(scratch / "home"), "TMPDIR": "/tmp", "LANG": "C.UTF-8",
             "USER": "learner", "LOGNAME": "learner", "MPLBACKEND": "Agg",
-            "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+            "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", GRADING_ENV: "1",
         }  # fmt: skip
         env.update({k: v for k, v in os.environ.items() if k == "GRPO_QUICK"})
         if self.threads is not None:
@@ -390,6 +391,29 @@ class Grader:
         self._end()
 
 
+_CHECK_CELL = re.compile(r"\s*grader\.check\(\s*['\"][\w.-]+['\"]\s*\)\s*")
+
+
+def checks_at_the_end(notebook: bytes) -> bytes:
+    """The notebook with its ``grader.check("...")`` cells tagged ``otter_ignore``, so that every
+    check runs once the whole notebook has run. otter keeps the first result of each check, and a
+    check cell placed before the cell that makes what it grades (the capstone's, above its
+    training cell) would grade nothing: the capstone's own solution got 1 of 5 points that way.
+    A notebook that cannot be read is returned as it is (grading then says why)."""
+    try:
+        content = json.loads(notebook)
+        for cell in content["cells"]:
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else source
+            if cell.get("cell_type") == "code" and _CHECK_CELL.fullmatch(str(source)):
+                tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+                if "otter_ignore" not in tags:
+                    tags.append("otter_ignore")
+        return json.dumps(content).encode()
+    except Exception:
+        return notebook
+
+
 def _last_json(out: bytes) -> dict:
     for line in reversed(out.decode(errors="replace").splitlines()):
         with contextlib.suppress(ValueError):
@@ -424,13 +448,10 @@ def _graded_process(request_file: str) -> None:
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     try:
         request = json.loads(Path(request_file).read_text())
-        with _environment({REPORT_ENV: request["report_file"]}):
-            exercises, _, errors = grade_notebook_file(
-                Path(request["notebook"]), Path(request["grader_dir"])
-            )
-        report = Path(request["report_file"])
-        reports = report.read_text(errors="replace").splitlines()[:50] if report.exists() else []
-        outcome = {"exercises": [asdict(e) for e in exercises], "reports": reports,
+        exercises, reports, errors = grade_notebook_file(
+            Path(request["notebook"]), Path(request["grader_dir"])
+        )
+        outcome = {"exercises": [asdict(e) for e in exercises], "reports": reports[:50],
                    "cell_errors": errors}  # fmt: skip
     except BaseException as error:
         traceback.print_exc()
@@ -464,7 +485,7 @@ def grade_folder(
 
     CSV columns: notebook, lab, per exercise its points and its first failing case (named
     ``lab/exercise`` when the folder mixes labs), total, possible (always: read from the lab's
-    zip), problem. ``on_row(row)`` is called after each row is written.
+    zip), problem, seconds (to grade it). ``on_row(row)`` is called after each row is written.
     """
     if use_sandbox and (missing := sandbox.missing_tools()):
         raise SandboxMissing(
@@ -491,7 +512,7 @@ def grade_folder(
 
     columns = [c for lab, names in exercises.items() for n in names
                for c in (column(lab, n), f"{column(lab, n)} first failure")]  # fmt: skip
-    header = ["notebook", "lab", *columns, "total", "possible", "problem"]
+    header = ["notebook", "lab", *columns, "total", "possible", "problem", "seconds"]
     feedback_dir = out.parent / f"{out.stem}-feedback"
     instructor_dir = out.parent / f"{out.stem}-instructor"
     for directory in (feedback_dir, instructor_dir):
@@ -506,15 +527,18 @@ def grade_folder(
     def grade(notebook: Path) -> Graded:
         with lock:
             grader = free.pop()
+        start = time.monotonic()
         try:
-            return grader.grade(notebook)
+            graded = grader.grade(notebook)
         except Exception as error:  # a bug of ours stays this submission's row
-            return Graded(notebook.name, labs.get(notebook, ""), [], [],
-                          f"grading failed: {type(error).__name__}: {error}",
-                          traceback.format_exc())  # fmt: skip
+            graded = Graded(notebook.name, labs.get(notebook, ""), [], [],
+                            f"grading failed: {type(error).__name__}: {error}",
+                            traceback.format_exc())  # fmt: skip
         finally:
             with lock:
                 free.append(grader)
+        graded.seconds = time.monotonic() - start
+        return graded
 
     rows = []
     with out.open("w", newline="") as handle:
@@ -562,6 +586,7 @@ def _row(result: Graded, points: dict[str, float], column) -> dict:
     # what the lab is worth, whether or not it was graded (a time-out still says out of what)
     row["possible"] = sum(points.values()) or sum(e.possible for e in result.exercises)
     row["problem"] = result.problem or ""
+    row["seconds"] = round(result.seconds, 1)
     return row
 
 

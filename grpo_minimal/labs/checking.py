@@ -328,6 +328,14 @@ def _clone(value: Any) -> Any:
 # A check may report what it measured (the capstone's accuracy); grading collects it here.
 REPORT_ENV = "GRPO_LAB_REPORT"
 
+GRADING_ENV = "GRPO_LAB_GRADING"
+"""Set (to 1) in the environment of a notebook ``lab grade`` runs: a check whose work a cell of
+the notebook also does (lab 06's training run) then does it once, as grading does it."""
+
+
+def grading() -> bool:
+    return os.environ.get(GRADING_ENV) == "1"
+
 
 def report(text: str) -> None:
     """A measurement for the grader's feedback file (printed when not grading)."""

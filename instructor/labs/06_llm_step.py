@@ -45,8 +45,7 @@
 # **Grading** runs the same kinds of case as the checks below, with other values: other token
 # rows and end tokens, other sampled rollouts and temperatures, other problems and settings for
 # the step. If every check here passes and your functions do not special-case the inputs they
-# were shown, they earn full points. The training check (exercise 4) trains again from another
-# seed.
+# were shown, they earn full points. The training check (exercise 4) trains from another seed.
 
 # %%
 import torch
@@ -417,8 +416,8 @@ else:
 # completions from the shipped model (60 with `GRPO_QUICK=1`), drawing the batches as `train_math`
 # does, and measures greedy accuracy on 500 held-out problems before and after (about a minute).
 # With the package's step, 150 steps add about 20 points (45% → 65%); the check asks for 10
-# (5 in quick mode). The check trains from seed 0; grading trains again from seed 1. Nothing to
-# write: this exercise grades exercise 3 by what it does.
+# (5 in quick mode). The check trains from seed 0; grading trains once, from seed 1 (this cell's
+# run included). Nothing to write: this exercise grades exercise 3 by what it does.
 
 # %%
 run = checks.train_with_step(step, progress=True)
