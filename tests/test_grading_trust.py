@@ -38,7 +38,7 @@ CANARY = "canary-" + secrets.token_hex(8)  # in the instructor's environment: no
 MARK = "grpo-trust-" + secrets.token_hex(6)  # in every process a hostile submission starts
 TIMEOUT_S = 60  # the endless loop holds a job this long; right notebooks take ~10 s
 
-pytestmark = pytest.mark.skipif(
+needs_bwrap = pytest.mark.skipif(
     bool(sandbox.missing_tools()), reason="bubblewrap is not installed (.ci/run installs it)"
 )
 
@@ -143,6 +143,7 @@ def _marked_processes() -> list[psutil.Process]:
     return found
 
 
+@needs_bwrap
 def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, monkeypatch):
     folder = tmp_path / "class"
     folder.mkdir()
@@ -266,6 +267,7 @@ def test_a_zip_graded_without_the_package_says_how_to_grade(grader, monkeypatch)
     assert test_file.score == 0
 
 
+@needs_bwrap
 def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):
     folder = tmp_path / "class"
     folder.mkdir()
@@ -300,3 +302,35 @@ def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):
     time.sleep(1)
     assert not _marked_processes()
     assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("broken", ["missing", "does not start"])
+def test_without_a_working_sandbox_grading_refuses_in_one_line(broken, tmp_path, monkeypatch,
+                                                               capsys):  # fmt: skip
+    folder = tmp_path / "class"
+    folder.mkdir()
+    filled_lab(ROOT / STUDENT_DIR / f"{LAB}.ipynb", PACKAGE_ANSWERS_01, folder / "a.ipynb")
+    if broken == "missing":
+        monkeypatch.setattr(sandbox, "missing_tools", lambda: ["bwrap"])
+    else:
+        monkeypatch.setattr(sandbox, "missing_tools", lambda: [])
+        monkeypatch.setattr(sandbox, "probe", lambda: "setting up uid map: Permission denied")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["lab", "grade", str(folder), "--out", str(tmp_path / "g.csv"),
+                  "--grader", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "--no-sandbox" in err and ("bwrap" in err or "uid map" in err)
+    assert not (tmp_path / "g.csv").exists()
+
+
+def test_no_sandbox_grades_with_the_instructors_rights(grader, tmp_path):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    filled_lab(ROOT / STUDENT_DIR / f"{LAB}.ipynb", PACKAGE_ANSWERS_01, folder / "a.ipynb")
+    grades = tmp_path / "g.csv"
+    code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),
+                     "--no-sandbox"])  # fmt: skip
+    assert code == 0
+    (row,) = csv.DictReader(grades.open())
+    assert float(row["total"]) == float(row["possible"]) == 8

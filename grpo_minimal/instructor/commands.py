@@ -54,12 +54,17 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
         raise ValueError(f"--timeout: {args.timeout} s; give a positive number of seconds")
     if args.jobs < 1:
         raise ValueError(f"--jobs: {args.jobs}; give a whole number >= 1")
-    from .sandbox import missing_tools
+    from .sandbox import missing_tools, probe
 
     if not args.no_sandbox and (missing := missing_tools()):
         raise ValueError(
             f"--no-sandbox: {' and '.join(missing)} not found; each submission is graded in a "
             "bubblewrap sandbox (Debian/Ubuntu: apt install bubblewrap util-linux). Without one, "
+            "--no-sandbox grades trusting every submission (instructor guide, 'Grading')"
+        )
+    if not args.no_sandbox and (why := probe()):
+        raise ValueError(
+            f"--no-sandbox: the bubblewrap sandbox does not start here ({why}); without one, "
             "--no-sandbox grades trusting every submission (instructor guide, 'Grading')"
         )
     return folder

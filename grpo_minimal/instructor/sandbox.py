@@ -136,3 +136,23 @@ def command(
     args += ["prlimit", f"--nproc={limits.processes}", f"--data={int(limits.memory_gib * gib)}",
              f"--fsize={int(limits.file_gib * gib)}", "--core=0", "--"]  # fmt: skip
     return args + argv
+
+
+def probe() -> str | None:
+    """None when a sandbox starts here; else why not, in one line (bwrap's own words: user
+    namespaces turned off, say)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="lab-probe-") as scratch:
+        if (uid := job_uid(0)) is not None:
+            os.chown(scratch, uid, uid)
+        argv = command(["true"], Path(scratch), [], [], {"PATH": "/usr/bin:/bin"}, 0)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"{type(error).__name__}: {error}"
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit status {done.returncode}"
