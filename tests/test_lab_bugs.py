@@ -407,7 +407,8 @@ def test_kl_pull_case_measures_the_pull():
 # --- exercise 5: grpo_update ------------------------------------------------------------------
 
 
-def _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon, old, ref):
+def _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon, old, ref,
+            zero_grad=True):  # fmt: skip
     """The update loop with ``old(logps_now)`` and ``ref`` choosing the fixed log-probs."""
     prompts, completions = rollout.prompts, rollout.completions
     advantages = rollout.advantages.unsqueeze(1)
@@ -419,7 +420,8 @@ def _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilo
         clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
         surrogate = torch.min(ratio * advantages, clipped * advantages)
         loss = -surrogate.mean() + beta * kl_penalty(logps, ref(old_logps))
-        optimizer.zero_grad()
+        if zero_grad:
+            optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         ratios.append(ratio.detach())
@@ -493,7 +495,19 @@ def update_hard_coded_beta(
     )
 
 
+def update_without_zero_grad(
+    policy, ref_policy, optimizer, rollout, num_iterations=1, beta=0.04, epsilon=0.2
+):
+    """Right, but never zeroes the gradients: from the second update on, the old ones add up."""
+    with torch.no_grad():
+        old_logps = policy.logps(rollout.prompts, rollout.completions)
+        ref_logps = ref_policy.logps(rollout.prompts, rollout.completions)
+    return _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon,
+                   old=lambda logps: old_logps, ref=lambda old: ref_logps, zero_grad=False)  # fmt: skip
+
+
 UPDATE_WRONG = [
+    update_without_zero_grad,
     update_old_inside_loop,
     update_old_not_detached,
     update_ref_is_old,
@@ -518,6 +532,9 @@ def test_grpo_update_feedback():
     assert "the clip range is epsilon" in epsilon and "not a hard-coded 0.2" in epsilon
     beta = assert_fails(checks.check_grpo_update, update_hard_coded_beta)
     assert "the ratio moves off 1" in beta and "not a hard-coded 0.04" in beta
+    kept = assert_fails(checks.check_grpo_update, update_without_zero_grad)  # its own hint
+    hint = kept.split("  hint:", 1)[1]
+    assert "zero_grad() before each loss.backward()" in hint and "pi_old" not in hint, kept
 
 
 def test_grpo_update_correct_alternative_passes():

@@ -36,6 +36,7 @@ from grpo_minimal import advantages as package
 from grpo_minimal.device import torch_threads  # one thread: the toy's tensors are tiny
 from grpo_minimal.labs.checking import (
     Case,
+    Mistake,
     cases_for,
     close,
     draw_int,
@@ -370,20 +371,26 @@ def _prompts(*values: int) -> torch.Tensor:
 
 
 def _measured(
-    fn: Callable | None, name: str, cases: Sequence[Case], probe: Callable, helpers: Mapping
+    fn: Callable | None,
+    name: str,
+    cases: Sequence[Case],
+    probe: Callable,
+    helpers: Mapping,
+    mistakes: Sequence[Mistake] = (),
 ) -> None:
     """Run ``probe(bound fn, *case.args)`` on every case; the expected value is the probe of
-    the reference function unless the case gives one."""
+    the reference function unless the case gives one. Each of ``mistakes`` (a wrong version of
+    the function) is probed the same way, for its hint."""
     require_function(fn, name)
     learner = bind(fn, {k: v for k, v in helpers.items() if k != name})
     reference = REFERENCE_TRAINER[name]
+
+    def probed(function: Callable) -> Callable:
+        return lambda *a, **k: probe(function, *a, **k)
+
     with torch_threads(1):
-        run_cases(
-            lambda *a, **k: probe(learner, *a, **k),
-            name,
-            cases,
-            lambda *a, **k: probe(reference, *a, **k),
-        )
+        run_cases(probed(learner), name, cases, probed(reference),
+                  mistakes=[Mistake(probed(m.fn), m.hint) for m in mistakes])  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -959,9 +966,34 @@ def update_twins(seed: int) -> list[Case]:
     return cases
 
 
+class _GradientsKept:
+    """An optimizer whose ``zero_grad`` does nothing: what forgetting it does."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer = optimizer
+
+    def zero_grad(self, *args, **kwargs) -> None:
+        pass
+
+    def __getattr__(self, name: str):
+        return getattr(self._optimizer, name)
+
+
+def _update_without_zero_grad(policy, ref_policy, optimizer, rollout, **kwargs):
+    return grpo_update(policy, ref_policy, _GradientsKept(optimizer), rollout, **kwargs)
+
+
+UPDATE_MISTAKES = [
+    Mistake(_update_without_zero_grad,
+            "call optimizer.zero_grad() before each loss.backward(): backward ADDS to the "
+            "gradients the previous update left, so from the second update on each step also "
+            "carries the old gradients"),  # fmt: skip
+]
+
+
 def check_grpo_update(fn: Callable, seed: int | None = None) -> None:
     cases = cases_for(UPDATE_PUBLIC, update_twins, seed)
-    _measured(fn, "grpo_update", cases, _probe_grpo_update, REFERENCE_TRAINER)
+    _measured(fn, "grpo_update", cases, _probe_grpo_update, REFERENCE_TRAINER, UPDATE_MISTAKES)
 
 
 def ratio_distances(fn: Callable, num_iterations: int = 3, beta: float = 0.04) -> list[float]:
