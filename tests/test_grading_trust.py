@@ -304,6 +304,26 @@ def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):
     assert list(scratch.iterdir()) == []
 
 
+@needs_bwrap
+def test_what_is_bound_back_is_readable_inside_private_folders(tmp_path):
+    """The instructor's folders may be 0700 (a checkout made by `mktemp -d` as the working
+    folder, /root/.pyenv): the folders the sandbox makes on the way to what it binds back must
+    be readable by the graded user. (A checkout under /tmp once failed exactly so.)"""
+    private = tmp_path / "private"
+    package = private / "checkout" / "package"
+    package.mkdir(parents=True)
+    (package / "hello.txt").write_text("hello")
+    private.chmod(0o700)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    if (uid := sandbox.job_uid(0)) is not None:
+        os.chown(scratch, uid, uid)
+    argv = sandbox.command(["cat", str(package / "hello.txt")], scratch, [private / "checkout"],
+                           [package], {"PATH": "/usr/bin:/bin"}, 0)  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "hello", done.stderr
+
+
 @pytest.mark.parametrize("broken", ["missing", "does not start"])
 def test_without_a_working_sandbox_grading_refuses_in_one_line(broken, tmp_path, monkeypatch,
                                                                capsys):  # fmt: skip

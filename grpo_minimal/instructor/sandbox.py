@@ -110,7 +110,9 @@ def command(
     for folder in hidden:
         if not _within(folder, Path("/tmp")) and folder.is_dir():
             args += ["--tmpfs", str(folder)]
-    emptied = [*[h for h in hidden if h.is_dir()], Path("/tmp")]
+    # the folders replaced by an empty tmpfs: /tmp, and the hidden ones outside it (a hidden
+    # folder inside /tmp is gone with it, and is not a mount of its own)
+    emptied = [*[h for h in hidden if h.is_dir() and not _within(h, Path("/tmp"))], Path("/tmp")]
     made: set[Path] = set()
     for path in readable:
         if path.exists() and any(_within(path, h) and path != h for h in emptied):
