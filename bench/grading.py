@@ -36,7 +36,7 @@ import psutil
 
 from grpo_minimal.instructor import sandbox
 from grpo_minimal.instructor.build import build_labs
-from grpo_minimal.instructor.grading import grade_folder
+from grpo_minimal.instructor.classroom import grade_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench/results/grading.json"

@@ -70,7 +70,7 @@ def test_a_missing_extra_is_one_line_naming_it(without):
     # wheel, the repository or a clone (grpo-minimal itself is not on PyPI)
     assert message == (
         "grpo-minimal lab check needs the [labs] extra (missing: otter): "
-        "pip install 'otter-grader>=7.0' 'jsonschema<4.25'"
+        "pip install 'otter-grader>=7.0' 'jsonschema<4.25' 'psutil>=5.9'"
     )
     with pytest.raises(extras.MissingExtra, match=re.escape(message)):
         extras.require("labs", "grpo-minimal lab check")

@@ -29,7 +29,8 @@ from lab_helpers import PACKAGE_ANSWERS_01, filled_lab
 from grpo_minimal import cli
 from grpo_minimal.instructor import sandbox
 from grpo_minimal.instructor.build import GRADE_WITH, STUDENT_DIR, build_labs, lab_seed
-from grpo_minimal.instructor.grading import checks_at_the_end, learner_message
+from grpo_minimal.instructor.feedback import learner_message
+from grpo_minimal.instructor.grading import checks_at_the_end
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(48))

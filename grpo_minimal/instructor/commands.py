@@ -71,7 +71,7 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
 
 
 def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
-    from .grading import grade_folder
+    from .classroom import grade_folder
 
     def show(row: dict) -> None:  # each row as it is written
         problem = f"  ({row['problem'][:200]})" if row["problem"] else ""

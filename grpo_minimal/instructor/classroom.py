@@ -1,0 +1,304 @@
+"""Grade a folder of submissions, a class: each in a sandbox of its own, rows as they arrive.
+
+Each submission is graded by a process of its own (``grading.py`` run as a script), in a
+bubblewrap sandbox (``sandbox.py``), in a scratch folder holding a copy of it and its lab's zip
+alone, under a time limit. Whatever one submission does (loop forever, fail to parse, not be a
+lab, delete files, fork, read the process table, crash the grader) costs its own row, with the
+reason, and nothing else; all its processes end with its sandbox. Rows are written to the CSV as
+results arrive, so a crash or a Ctrl-C after k submissions leaves k rows (Ctrl-C also kills every
+job in flight).
+
+Beside the CSV, ``<stem>-feedback/NAME.txt`` is the learner's and ``<stem>-instructor/NAME.txt``
+the instructor's (``feedback.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from grpo_minimal.instructor import sandbox
+from grpo_minimal.instructor.feedback import feedback_text
+from grpo_minimal.instructor.feedback import row as make_row
+from grpo_minimal.instructor.grading import (
+    ExerciseResult,
+    Graded,
+    checks_at_the_end,
+    lab_exercises,
+    lab_name,
+    syntax_errors,
+)
+from grpo_minimal.labs.checking import GRADING_ENV
+
+
+class Grader:
+    """Grades one submission at a time in a sandboxed process (``sandbox.py``); ``slot`` is the
+    job's number (its user id under root). ``kill`` ends what is in flight (Ctrl-C)."""
+
+    def __init__(self, grader_dir: Path, timeout_s: float, slot: int, threads: int | None,
+                 use_sandbox: bool, hidden: list[Path]) -> None:  # fmt: skip
+        self.grader_dir, self.timeout_s, self.slot = Path(grader_dir), timeout_s, slot
+        self.threads, self.use_sandbox, self.hidden = threads, use_sandbox, hidden
+        self._process: subprocess.Popen | None = None
+        self._killed = False
+
+    def grade(self, notebook: Path) -> Graded:
+        """Grade ``notebook``; any failure becomes its row's problem. A kernel that did not start
+        (a loaded machine) is given one more try."""
+        notebook = Path(notebook)
+        try:
+            lab = lab_name(notebook)
+        except ValueError as error:
+            return Graded(notebook.name, "", [], [], str(error))
+        autograder = self.grader_dir / f"{lab}-autograder.zip"
+        if not autograder.is_file():
+            return Graded(notebook.name, lab, [], [], f"no lab {lab!r} in {self.grader_dir}")
+        problems = syntax_errors(notebook)
+        for _ in range(2):
+            graded = self._run(notebook, lab, autograder)
+            if "Kernel didn't respond" not in (graded.problem or "") or self._killed:
+                break
+        if problems:
+            graded.problem = "; ".join([*problems, *([graded.problem] if graded.problem else [])])
+        return graded
+
+    def _run(self, notebook: Path, lab: str, autograder: Path) -> Graded:
+        scratch = Path(tempfile.mkdtemp(prefix="lab-grade-"))
+        try:
+            (scratch / "home").mkdir()
+            # named as the lab's notebook, as otter's first cell opens it (never the learner's
+            # file name, which stays outside)
+            copy = scratch / f"{lab}.ipynb"
+            copy.write_bytes(checks_at_the_end(notebook.read_bytes()))
+            shutil.copyfile(autograder, scratch / autograder.name)
+            request = {"notebook": str(copy), "grader_dir": str(scratch)}
+            (scratch / "request.json").write_text(json.dumps(request))
+            uid = sandbox.job_uid(self.slot) if self.use_sandbox else None
+            if uid is not None:
+                for path in [scratch, *scratch.rglob("*")]:
+                    os.chown(path, uid, uid)
+            outcome, log = self._execute(scratch)
+        except OSError as error:
+            return Graded(notebook.name, lab, [], [], f"grading failed: {error}")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if outcome.get("timed_out"):
+            return Graded(notebook.name, lab, [], [],
+                          f"stopped after the time limit of {self.timeout_s:g} s (an endless "
+                          "loop?)", log)  # fmt: skip
+        if "exercises" not in outcome:
+            error = outcome.get("error") or "the grading process ended without a result"
+            return Graded(notebook.name, lab, [], [], f"grading failed: {error}", log)
+        exercises = [ExerciseResult(**e) for e in outcome["exercises"]]
+        errors = outcome.get("cell_errors", [])
+        return Graded(notebook.name, lab, exercises, outcome["reports"], None, log, errors)
+
+    def _execute(self, scratch: Path) -> tuple[dict, str]:
+        """Run the graded process on ``scratch``; its outcome (the JSON line it wrote on its
+        stdout) and its stderr."""
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(scratch / "home"), "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+            "USER": "learner", "LOGNAME": "learner", "MPLBACKEND": "Agg",
+            "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", GRADING_ENV: "1",
+        }  # fmt: skip
+        env.update({k: v for k, v in os.environ.items() if k == "GRPO_QUICK"})
+        if self.threads is not None:
+            env |= {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+        # -P: the scratch folder stays off sys.path (what it imports is the package's)
+        argv = [sys.executable, "-P", "-m", "grpo_minimal.instructor.grading",
+                str(scratch / "request.json")]  # fmt: skip
+        if self.use_sandbox:
+            argv = sandbox.command(argv, scratch, self.hidden, sandbox.readable_folders(), env,
+                                   self.slot)  # fmt: skip
+        else:
+            env = {**os.environ, **env}
+        with tempfile.TemporaryFile() as log:
+            if self._killed:
+                return {"error": "grading was interrupted"}, ""
+            self._process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                env=env, cwd=scratch, start_new_session=True,
+            )  # fmt: skip
+            try:
+                out, _ = self._process.communicate(timeout=self.timeout_s)
+                outcome = _last_json(out)
+            except subprocess.TimeoutExpired:
+                self._end()
+                outcome = {"timed_out": True}
+            finally:
+                self._end()
+            log.seek(0)
+            text = log.read(1 << 20).decode(errors="replace")
+        if self._killed:
+            outcome = {"error": "grading was interrupted"}
+        return outcome, text
+
+    def _end(self) -> None:
+        """Kill the graded process's group (the sandbox: everything in it dies with it) or, with
+        no sandbox, every descendant still found."""
+        process = self._process
+        if process is None:
+            return
+        if not self.use_sandbox:
+            _kill_tree(process.pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
+
+    def kill(self) -> None:
+        self._killed = True
+        self._end()
+
+
+def _last_json(out: bytes) -> dict:
+    for line in reversed(out.decode(errors="replace").splitlines()):
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                return value
+    return {}
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill a process and every descendant found (without a sandbox, a double fork escapes)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        processes = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(processes, timeout=10)
+
+
+def _kept_from_submissions(folder: Path, out: Path, grader_dir: Path) -> list[Path]:
+    """What a sandbox must not see: the class folder, the graders, the output, the instructor's
+    home and working folder."""
+    return [Path(folder), Path(grader_dir), Path(out).parent, Path.home(), Path.cwd()]
+
+
+class SandboxMissing(RuntimeError):
+    """bubblewrap (or util-linux's prlimit/setpriv) is not installed."""
+
+
+def grade_folder(
+    folder: Path,
+    out: Path,
+    grader_dir: Path,
+    timeout_s: float,
+    jobs: int,
+    use_sandbox: bool = True,
+    on_row=None,
+) -> list[dict]:
+    """Grade every ``*.ipynb`` in ``folder``, ``jobs`` at a time; write ``out`` (CSV), the
+    learners' feedback files and the instructor's, row by row as results arrive.
+
+    CSV columns: notebook, lab, per exercise its points and its first failing case (named
+    ``lab/exercise`` when the folder mixes labs), total, possible (always: read from the lab's
+    zip), problem, seconds (to grade it). ``on_row(row)`` is called after each row is written.
+    """
+    if use_sandbox and (missing := sandbox.missing_tools()):
+        raise SandboxMissing(
+            f"{' and '.join(missing)} not found: each submission is graded in a bubblewrap "
+            "sandbox (apt install bubblewrap util-linux); --no-sandbox grades without one, "
+            "trusting every submission (see the instructor guide)"
+        )
+    notebooks = sorted(Path(folder).glob("*.ipynb"))
+    if not notebooks:
+        raise FileNotFoundError(f"no .ipynb files in {folder}")
+    out = Path(out)
+    labs = {}
+    for notebook in notebooks:
+        with contextlib.suppress(ValueError):
+            labs[notebook] = lab_name(notebook)
+    exercises = {}  # lab -> {exercise: points}
+    for lab in sorted(set(labs.values())):
+        with contextlib.suppress(Exception):  # no such lab: its rows say so
+            exercises[lab] = lab_exercises(Path(grader_dir) / f"{lab}-autograder.zip")
+    mixed = len(exercises) > 1
+
+    def column(lab: str, name: str) -> str:
+        return f"{lab}/{name}" if mixed else name
+
+    columns = [c for lab, names in exercises.items() for n in names
+               for c in (column(lab, n), f"{column(lab, n)} first failure")]  # fmt: skip
+    header = ["notebook", "lab", *columns, "total", "possible", "problem", "seconds"]
+    feedback_dir = out.parent / f"{out.stem}-feedback"
+    instructor_dir = out.parent / f"{out.stem}-instructor"
+    for directory in (feedback_dir, instructor_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    hidden = _kept_from_submissions(folder, out, grader_dir)
+    threads = None if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
+    graders = [Grader(grader_dir, timeout_s, slot, threads, use_sandbox, hidden)
+               for slot in range(min(jobs, len(notebooks)))]  # fmt: skip
+    free = list(graders)
+    lock = threading.Lock()
+
+    def grade(notebook: Path) -> Graded:
+        with lock:
+            grader = free.pop()
+        start = time.monotonic()
+        try:
+            graded = grader.grade(notebook)
+        except Exception as error:  # a bug of ours stays this submission's row
+            graded = Graded(notebook.name, labs.get(notebook, ""), [], [],
+                            f"grading failed: {type(error).__name__}: {error}",
+                            traceback.format_exc())  # fmt: skip
+        finally:
+            with lock:
+                free.append(grader)
+        graded.seconds = time.monotonic() - start
+        return graded
+
+    rows = []
+    with out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, header, restval="", extrasaction="ignore")
+        writer.writeheader()
+        handle.flush()
+        pool = ThreadPoolExecutor(max_workers=len(graders))
+        try:
+            pending = {pool.submit(grade, n) for n in notebooks}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    result = future.result()
+                    points = exercises.get(result.lab, {})
+                    row = make_row(result, points, column)
+                    writer.writerow(row)
+                    handle.flush()
+                    name = Path(result.notebook).stem
+                    (feedback_dir / f"{name}.txt").write_text(
+                        feedback_text(result, True, row["possible"])
+                    )
+                    (instructor_dir / f"{name}.txt").write_text(
+                        feedback_text(result, False, row["possible"])
+                    )
+                    rows.append(row)
+                    if on_row is not None:
+                        on_row(row)
+        except BaseException:  # Ctrl-C, or a crash here: nothing graded goes on
+            for grader in graders:
+                grader.kill()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+    return rows
+
+

@@ -1,0 +1,114 @@
+"""What a graded submission becomes: its CSV row, the learner's feedback and the instructor's.
+
+The learner's file reduces a hidden case to its name, its hint and the exception's type and first
+line (``learner_message``: never the drawn input or expected value); the instructor's holds every
+message whole, the cells that raised and the grading process's stderr.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from grpo_minimal.instructor.grading import Graded
+
+
+def row(result: Graded, points: dict[str, float], column: Callable[[str, str], str]) -> dict:
+    """A submission's CSV row; ``points`` are its lab's exercises and their points (what it is
+    worth even when it was not graded), ``column(lab, exercise)`` names a column."""
+    cells = {"notebook": result.notebook, "lab": result.lab}
+    for exercise in result.exercises:
+        cells[column(result.lab, exercise.name)] = exercise.score
+        cells[f"{column(result.lab, exercise.name)} first failure"] = _case_name(
+            exercise.first_failure
+        )
+    cells["total"] = sum(e.score for e in result.exercises)
+    # what the lab is worth, whether or not it was graded (a time-out still says out of what)
+    cells["possible"] = sum(points.values()) or sum(e.possible for e in result.exercises)
+    cells["problem"] = result.problem or ""
+    cells["seconds"] = round(result.seconds, 1)
+    return cells
+
+
+def _case_name(message: str | None) -> str:
+    """The first line that names the failing case, for one CSV cell."""
+    if message is None:
+        return ""
+    for line in message.splitlines():
+        if line.strip().startswith("case:"):
+            return line.split("case:", 1)[1].strip()[:100]
+    return "raised " + _exception_line(message) if _exception_line(message) else "failed"
+
+
+_EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failed)): ?(.*)")
+
+
+def _exception_line(message: str) -> str:
+    """``Type: first line`` (at most 200 characters) of the exception a message reports."""
+    for line in message.splitlines():
+        if match := _EXCEPTION_LINE.match(line.strip()):
+            return f"{match.group(1)}: {match.group(2)}"[:200].rstrip(": ")
+    return ""
+
+
+_FIELDS = ("case", "input", "expected", "got", "largest difference", "hint", "also failing")
+"""The fields of a ``CheckFailed`` message (``labs.checking.failure``), one line each."""
+
+
+def learner_message(message: str, hidden: bool) -> str:
+    """What a learner is shown of a failing check. Of a public case: its fields. Of a hidden
+    case: its name, its hint and what the code raised, never the drawn input, the expected
+    value or what came back. Of an exception, either way: its type and first line (at most 200
+    characters) and the learner's line that raised it; the rest of its text (which the code
+    chose: the hidden tests' text, say) is not shown."""
+    kept: list[str] = []
+    for line in message.strip("\n").splitlines():
+        stripped = line.strip()
+        name = stripped.split(":", 1)[0]
+        if name in _FIELDS:
+            value = stripped.split(":", 1)[1].strip()
+            if name == "got" and value.startswith("raised "):
+                kept.append(f"  got:      {value}"[:200])
+            elif not (hidden and name in ("input", "expected", "got", "largest difference")):
+                kept.append("  " + stripped[:300])
+        elif stripped.startswith("(line ") and kept and "raised " in kept[-1]:
+            kept.append("  " + stripped[:200])  # the learner's own line that raised
+        # any other line continues a value of many lines (an exception's text): not shown
+    if not kept:  # not our checker's message: an exception from the test itself
+        exception = _exception_line(message)
+        kept.append(f"  raised {exception}" if exception else "  failed")
+    if hidden:
+        kept.append("  (a hidden case: its input and expected value are not shown)")
+    return "\n".join(kept)
+
+
+def feedback_text(result: Graded, learner: bool, possible: float | None = None) -> str:
+    """A submission's feedback: the learner's (hidden cases reduced, ``learner_message``) or the
+    instructor's (every message whole, and the grading process's stderr)."""
+    total = sum(e.score for e in result.exercises)
+    if possible is None:
+        possible = sum(e.possible for e in result.exercises)
+    lines = [f"{result.notebook} (lab {result.lab or '?'}): {total:g} / {possible:g} points"]
+    if result.problem:
+        lines.append(f"problem: {result.problem}")
+    for exercise in result.exercises:
+        lines.append("")
+        status = "PASS" if exercise.passed else "FAIL"
+        lines.append(f"{status}  {exercise.name}: {exercise.score:g} / {exercise.possible:g}")
+        hidden = exercise.hidden or [False] * len(exercise.failures)
+        for message, is_hidden in zip(exercise.failures, hidden, strict=False):
+            shown = learner_message(message, is_hidden) if learner else message
+            lines.append("      " + shown.strip("\n").replace("\n", "\n      "))
+    if result.cell_errors:  # what stopped a cell (the training cell, say) is never silent
+        lines += ["", "cells that raised an error while the notebook ran:"]
+        for error in result.cell_errors:
+            lines.append(f"  the cell starting `{error['cell']}`: {error['error']}")
+            if not learner:
+                lines.append("    " + error["traceback"].replace("\n", "\n    "))
+    if result.reports:
+        lines += ["", "measured:", *(f"  {r}" for r in result.reports)]
+    if not learner and result.log.strip():
+        lines += ["", "the grading process's stderr:", result.log.rstrip()]
+    return "\n".join(lines) + "\n"
+
+
