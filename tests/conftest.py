@@ -19,6 +19,8 @@ import os
 import pytest
 import torch
 
+from grpo_minimal.device import torch_threads
+
 DEFAULT_THREADS = torch.get_num_threads()
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 WORKER_THREADS = max(1, DEFAULT_THREADS // WORKERS)
@@ -47,12 +49,8 @@ def _numerics_on_default_threads(request):
     if request.node.get_closest_marker("numerics") is None:
         yield
         return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(DEFAULT_THREADS)
-    try:
+    with torch_threads(DEFAULT_THREADS):
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,6 +8,8 @@ caught by ``lab check`` (the public cases), never first at grading.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +18,10 @@ import pytest
 from grpo_minimal.labs.checking import CheckFailed
 
 GRADER_SEEDS = (1, 12_345)
+
+GRADER_SECRET = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(48))
+"""The secret the lab builds of the tests draw from (as `lab build` draws one: no file can hold it
+already), unless GRPO_GRADER_SECRET repeats a run's; the tests that use it print it."""
 
 
 def assert_passes(check: Callable, fn: Callable) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from lab_helpers import PACKAGE_ANSWERS_01, filled_lab
+from lab_helpers import GRADER_SECRET, PACKAGE_ANSWERS_01, filled_lab
 
 from grpo_minimal import cli
 from grpo_minimal.instructor import sandbox
@@ -33,7 +33,7 @@ from grpo_minimal.instructor.feedback import learner_message
 from grpo_minimal.instructor.grading import checks_at_the_end
 
 ROOT = Path(__file__).resolve().parent.parent
-SECRET = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(48))
+SECRET = GRADER_SECRET
 LAB = "01_advantages"
 CANARY = "canary-" + secrets.token_hex(8)  # in the instructor's environment: no learner reads it
 MARK = "grpo-trust-" + secrets.token_hex(6)  # in every process a hostile submission starts

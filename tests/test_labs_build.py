@@ -10,15 +10,13 @@ from __future__ import annotations
 import csv
 import importlib
 import json
-import os
 import pkgutil
-import secrets
 import shutil
 import zipfile
 from pathlib import Path
 
 import pytest
-from lab_helpers import PACKAGE_ANSWERS_01, filled_lab
+from lab_helpers import GRADER_SECRET, PACKAGE_ANSWERS_01, filled_lab
 
 import grpo_minimal
 from grpo_minimal import cli
@@ -32,8 +30,7 @@ from grpo_minimal.instructor.build import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-# drawn here, as `lab build` draws it (no file can hold it already), unless given to repeat a run
-SEED = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(48))
+SEED = GRADER_SECRET
 
 
 @pytest.fixture(autouse=True)
