@@ -83,3 +83,15 @@ PACKAGE_ANSWERS_01 = {
     "advantage_sample = group_advantages(seed_group, 4)[0].item()",
 }
 """Lab 01 filled with the package's own functions: a solved lab."""
+
+TAMPERING = (  # a lab 01 notebook's attempt to score without solving: the
+    # checks and otter's scoring replaced in its kernel
+    "import grpo_minimal.labs.advantages as checks, grpo_minimal.labs.checking as checking\n"
+    "checks.check_group_advantages = checks.check_rloo_advantages = lambda *a, **k: None\n"
+    "checks.check_std_question = lambda *a, **k: None\n"
+    "checking.run_cases = checking.raise_first = lambda *a, **k: None\n"
+    "import otter.test_files.abstract_test as abstract\n"
+    "abstract.TestFile.score = property(lambda self: self.possible)\n"
+    "abstract.TestFile.passed_all = property(lambda self: True)\n"
+)
+"""Code a lab 01 notebook runs to change its own score (tests/test_judge.py, the hostile class)."""

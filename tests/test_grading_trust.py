@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from lab_helpers import GRADER_SECRET, PACKAGE_ANSWERS_01, filled_lab
+from lab_helpers import GRADER_SECRET, PACKAGE_ANSWERS_01, TAMPERING, filled_lab
 
 from grpo_minimal import cli
 from grpo_minimal.instructor import sandbox
@@ -112,6 +112,7 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
                 "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
                 "    return population_std_advantages(rewards, num_generations)")  # fmt: skip
     filled_lab(student, wrong, folder / "w-wrong.ipynb")
+    filled_lab(student, {**wrong, 0: wrong[0] + "\n" + TAMPERING}, folder / "h-tampers.ipynb")
     filled_lab(student, {0: "while True:\n    pass"}, folder / "b-loops.ipynb")
     filled_lab(student, {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
                folder / "c-syntax.ipynb")  # fmt: skip
@@ -167,6 +168,8 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, m
                  "h-holds-copies.ipynb", "h-session.ipynb", "h-double-fork.ipynb"):  # fmt: skip
         assert float(rows[name]["total"]) == 8, rows[name]  # harmless: right answers score
     assert float(rows["w-wrong.ipynb"]["total"]) < 8  # the zips were not rewritten
+    # replacing the checks in its kernel changes no score (they run outside it)
+    assert rows["h-tampers.ipynb"]["total"] == rows["w-wrong.ipynb"]["total"]
     assert f"time limit of {TIMEOUT_S} s" in rows["b-loops.ipynb"]["problem"]
     assert rows["h-fork-bomb.ipynb"]["lab"] == LAB  # held at the process limit, graded or not
     assert "cell" in rows["c-syntax.ipynb"]["problem"]

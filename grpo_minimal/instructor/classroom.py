@@ -33,11 +33,13 @@ from grpo_minimal.instructor import sandbox
 from grpo_minimal.instructor.feedback import feedback_text
 from grpo_minimal.instructor.feedback import row as make_row
 from grpo_minimal.instructor.grading import (
+    JUDGED_APART,
     ExerciseResult,
     Graded,
     checks_at_the_end,
     lab_exercises,
     lab_name,
+    lab_tests,
     syntax_errors,
 )
 from grpo_minimal.labs.checking import GRADING_ENV
@@ -82,14 +84,16 @@ class Grader:
             # file name, which stays outside)
             copy = scratch / f"{lab}.ipynb"
             copy.write_bytes(checks_at_the_end(notebook.read_bytes()))
-            shutil.copyfile(autograder, scratch / autograder.name)
             request = {"notebook": str(copy), "grader_dir": str(scratch)}
-            (scratch / "request.json").write_text(json.dumps(request))
+            if lab in JUDGED_APART:  # the tests travel on the judge's stdin, never on disk
+                request["tests"] = lab_tests(autograder)
+            else:  # otter checks in the kernel, from the zip
+                shutil.copyfile(autograder, scratch / autograder.name)
             uid = sandbox.job_uid(self.slot) if self.use_sandbox else None
             if uid is not None:
                 for path in [scratch, *scratch.rglob("*")]:
                     os.chown(path, uid, uid)
-            outcome, log = self._execute(scratch)
+            outcome, log = self._execute(scratch, request)
         except OSError as error:
             return Graded(notebook.name, lab, [], [], f"grading failed: {error}")
         finally:
@@ -105,9 +109,9 @@ class Grader:
         errors = outcome.get("cell_errors", [])
         return Graded(notebook.name, lab, exercises, outcome["reports"], None, log, errors)
 
-    def _execute(self, scratch: Path) -> tuple[dict, str]:
-        """Run the graded process on ``scratch``; its outcome (the JSON line it wrote on its
-        stdout) and its stderr."""
+    def _execute(self, scratch: Path, request: dict) -> tuple[dict, str]:
+        """Run the graded process in ``scratch`` on ``request`` (given on its stdin); its outcome
+        (the JSON line it wrote on its stdout) and its stderr."""
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(scratch / "home"), "TMPDIR": "/tmp", "LANG": "C.UTF-8",
@@ -118,8 +122,7 @@ class Grader:
         if self.threads is not None:
             env |= {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         # -P: the scratch folder stays off sys.path (what it imports is the package's)
-        argv = [sys.executable, "-P", "-m", "grpo_minimal.instructor.grading",
-                str(scratch / "request.json")]  # fmt: skip
+        argv = [sys.executable, "-P", "-m", "grpo_minimal.instructor.grading"]
         if self.use_sandbox:
             argv = sandbox.command(argv, scratch, self.hidden, sandbox.readable_folders(), env,
                                    self.slot)  # fmt: skip
@@ -129,11 +132,12 @@ class Grader:
             if self._killed:
                 return {"error": "grading was interrupted"}, ""
             self._process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 env=env, cwd=scratch, start_new_session=True,
             )  # fmt: skip
             try:
-                out, _ = self._process.communicate(timeout=self.timeout_s)
+                out, _ = self._process.communicate(json.dumps(request).encode(),
+                                                   timeout=self.timeout_s)  # fmt: skip
                 outcome = _last_json(out)
             except subprocess.TimeoutExpired:
                 self._end()

@@ -56,9 +56,10 @@ def _message(otter_message: str) -> str:
     return otter_message.removeprefix("❌ Test case failed\n")
 
 
-def _exercises(results) -> list[ExerciseResult]:
+def _exercises(results: dict) -> list[ExerciseResult]:
+    """One result per test file of otter's results (``GradingResults.results``)."""
     exercises = []
-    for name, test_file in results.results.items():
+    for name, test_file in results.items():
         failed = [r for r in test_file.test_case_results if not r.passed]
         exercises.append(
             ExerciseResult(
@@ -151,33 +152,63 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
             results = grade_notebook(
                 str(notebook), tests_glob=paths, test_dir=tests_dir, cwd=str(notebook.parent)
             )
-    return _exercises(results)
+    return _exercises(results.results)
+
+
+JUDGED_APART = frozenset(
+    {"01_advantages", "02_returns", "03_objective", "04_reward", "07_capstone"}
+)
+"""Labs whose checks run outside the learner's kernel (``judge.py``): no notebook of theirs can
+change its own score. Labs 05 and 06 hand the learner's functions models, optimizers and
+callbacks, which do not travel between processes as data: otter still checks them in the
+kernel (a hole the instructor guide names)."""
+
+
+def lab_tests(autograder: Path) -> dict[str, str]:
+    """The test files of a lab's zip (name -> source): its public and hidden checks."""
+    with zipfile.ZipFile(autograder) as archive:
+        return {
+            Path(member).stem: archive.read(member).decode()
+            for member in archive.namelist()
+            if member.startswith("tests/") and member.endswith(".py")
+        }
 
 
 def grade_notebook_file(
-    notebook: Path, grader_dir: Path = GRADER_DIR
+    notebook: Path, grader_dir: Path = GRADER_DIR, tests: dict[str, str] | None = None
 ) -> tuple[list[ExerciseResult], list[str], list[dict]]:
-    """Every check, hidden ones included, for one submitted notebook, in this process.
+    """Every check, hidden ones included, for one submitted notebook, from this process.
 
-    Returns the results, what the checks reported measuring and the cells that raised while the
-    notebook ran (``cell_errors``). ``grade_folder`` calls this in a sandboxed process per
-    notebook; call it directly only on notebooks you trust.
+    A lab of ``JUDGED_APART`` runs its checks here, the learner's functions called in the
+    notebook's kernel (``tests``: the lab's test files, read from its zip when not given); the
+    others go through otter's runner, which checks in the kernel. Returns the results, what the
+    checks reported measuring and the cells that raised while the notebook ran
+    (``cell_errors``). ``grade_folder`` calls this in a sandboxed process per notebook; call it
+    directly only on notebooks you trust.
     """
-    from otter.api import grade_submission
-
     name = lab_name(notebook)
     autograder = Path(grader_dir) / f"{name}-autograder.zip"
-    if not autograder.is_file():
+    if tests is None and not autograder.is_file():
         raise FileNotFoundError(
             f"no grader for lab {name!r} at {autograder}: run `make labs` first"
         )
+    if name in JUDGED_APART:
+        from grpo_minimal.instructor.judge import judge_notebook
+
+        with _quiet():
+            results, reports, executed = judge_notebook(
+                notebook, tests if tests is not None else lab_tests(autograder), KERNEL_STARTUP_S
+            )
+        return _exercises(results), reports, cell_errors(executed)
+    from otter.api import grade_submission
+
     _patience_for_kernels()
     with tempfile.TemporaryDirectory(prefix="lab-report-") as folder:
         report_file = Path(folder) / "report.txt"
         with _environment({REPORT_ENV: str(report_file)}), _quiet():
             results = grade_submission(str(notebook), str(autograder), quiet=True)
         reports = report_file.read_text().splitlines() if report_file.exists() else []
-    return _exercises(results), reports, cell_errors(results.notebook)
+    return _exercises(results.results), reports, cell_errors(results.notebook)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -278,18 +309,19 @@ def checks_at_the_end(notebook: bytes) -> bytes:
         return notebook
 
 
-def _graded_process(request_file: str) -> None:
-    """The sandboxed process: grade one notebook, print the outcome as one JSON line on the
-    stdout it started with (the kernel gets /dev/null and cannot reach this one)."""
+def _graded_process() -> None:
+    """The sandboxed process: grade the notebook its stdin names (with the lab's test files, for
+    a lab judged apart), print the outcome as one JSON line on the stdout it started with (the
+    kernel gets /dev/null and cannot reach this one)."""
     with contextlib.suppress(Exception):  # no other process of this user may open /proc/<us>/fd
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     out = os.fdopen(os.dup(1), "w")  # os.dup: not inherited by the kernel
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     try:
-        request = json.loads(Path(request_file).read_text())
+        request = json.loads(sys.stdin.read())  # never on disk, where the kernel could read it
         exercises, reports, errors = grade_notebook_file(
-            Path(request["notebook"]), Path(request["grader_dir"])
+            Path(request["notebook"]), Path(request["grader_dir"]), request.get("tests")
         )
         outcome = {"exercises": [asdict(e) for e in exercises], "reports": reports[:50],
                    "cell_errors": errors}  # fmt: skip
@@ -334,4 +366,4 @@ def _environment(values: dict[str, str]):
 
 
 if __name__ == "__main__":  # the graded process classroom.Grader starts, one per submission
-    _graded_process(sys.argv[1])
+    _graded_process()

@@ -36,6 +36,23 @@ class CheckFailed(Exception):
     """A lab check failed; the message names the case, the input, expected, got and a hint."""
 
 
+class InKernel:
+    """A learner's function that lives in another process (the kernel that ran their notebook)
+    and is called from there: ``instructor.judge.RemoteFunction``. ``apply(helper, *args)`` runs
+    ``helper(fn, *args)`` beside it, for a check that needs the function itself."""
+
+    def apply(self, helper: Callable, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def beside(fn: Any, helper: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``helper(fn, *args, **kwargs)`` where ``fn`` lives: in its kernel when it is judged from
+    outside (``helper`` is then a module-level function of the package), here otherwise."""
+    if isinstance(fn, InKernel):
+        return fn.apply(helper, *args, **kwargs)
+    return helper(fn, *args, **kwargs)
+
+
 @dataclass(frozen=True)
 class Case:
     """One input for an exercise: ``fn(*args, **kwargs)`` should return ``expected``.
@@ -170,7 +187,10 @@ _LIBRARY_DIRS = tuple(
 
 def raised(error: BaseException) -> str:
     """``raised TypeError: ... (line 7 of your code: x = rewards.std())``: the learner's exception
-    with the last line of their own code in its traceback (not the package's, not a library's)."""
+    with the last line of their own code in its traceback (not the package's, not a library's).
+    An error rebuilt from the learner's kernel (``instructor.judge``) brings the text made there."""
+    if getattr(error, "raised_text", ""):
+        return str(error.raised_text)
     text = f"raised {type(error).__name__}: {error}"
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         filename = str(frame.filename)
@@ -337,8 +357,16 @@ def grading() -> bool:
     return os.environ.get(GRADING_ENV) == "1"
 
 
+REPORTS: list[str] | None = None
+"""Set to a list by the judge (``instructor.judge``): reports are collected there, in its own
+memory, where no kernel can add to them."""
+
+
 def report(text: str) -> None:
     """A measurement for the grader's feedback file (printed when not grading)."""
+    if REPORTS is not None:
+        REPORTS.append(text.rstrip("\n"))
+        return
     path = os.environ.get(REPORT_ENV)
     if path:
         with open(path, "a") as handle:

@@ -23,6 +23,7 @@ import torch
 from grpo_minimal import losses as package
 from grpo_minimal.labs.checking import (
     Case,
+    beside,
     cases_for,
     check_answer,
     draw_int,
@@ -216,20 +217,21 @@ def clip_twins(seed: int) -> list[Case]:
     ]
 
 
-def _ratio_gradient(fn: Callable) -> Callable:
+def ratio_gradient(fn: Callable, ratio, advantages, epsilon, epsilon_high=None):
     """d sum(fn(ratio, ...)) / d ratio, by autograd; what the function returned when it cannot."""
+    ratio = ratio.clone().requires_grad_(True)
+    objective = fn(ratio, advantages, epsilon, epsilon_high)
+    if not isinstance(objective, torch.Tensor):
+        return objective
+    if not objective.requires_grad:
+        return "a tensor with no gradient (requires_grad=False)"
+    (slope,) = torch.autograd.grad(objective.sum(), ratio)
+    return slope
 
-    def gradient(ratio, advantages, epsilon, epsilon_high=None):
-        ratio = ratio.clone().requires_grad_(True)
-        objective = fn(ratio, advantages, epsilon, epsilon_high)
-        if not isinstance(objective, torch.Tensor):
-            return objective
-        if not objective.requires_grad:
-            return "a tensor with no gradient (requires_grad=False)"
-        (slope,) = torch.autograd.grad(objective.sum(), ratio)
-        return slope
 
-    return gradient
+def _ratio_gradient(fn: Callable) -> Callable:
+    """``ratio_gradient`` of ``fn``, computed where ``fn`` lives (its kernel, when judged)."""
+    return lambda *args: beside(fn, ratio_gradient, *args)
 
 
 GRADIENT_HINT = (

@@ -41,6 +41,7 @@ from grpo_minimal import rewards as package_rewards
 from grpo_minimal.labs.checking import (
     Case,
     Mistake,
+    beside,
     cases_for,
     check_answer,
     expect_raises,
@@ -147,11 +148,14 @@ def _filled(cell: types.CellType) -> bool:
     return True
 
 
+def _forbidden_call_of_a_function(fn: Callable, fn_name: str) -> tuple[str, str] | None:
+    """``forbidden_call`` for a function, None for anything else (run_cases reports it)."""
+    return forbidden_call(fn) if isinstance(fn, types.FunctionType) else None
+
+
 def check_no_evaluator(fn: Callable, name: str) -> None:
     """Fail (as a case with a hint) if ``fn`` or a function it calls can evaluate its input."""
-    if not isinstance(fn, types.FunctionType):
-        return  # not a function yet: run_cases reports it
-    found = forbidden_call(fn)
+    found = beside(fn, _forbidden_call_of_a_function, fn_name=name)
     if found is None:
         return
     what, where = found

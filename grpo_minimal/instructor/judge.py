@@ -1,0 +1,366 @@
+"""Hidden checks judged outside the learner's kernel: a notebook cannot change its own score.
+
+otter runs a lab's checks inside the kernel that ran the learner's notebook, where the notebook's
+code can replace them (``checks.check_rloo_advantages = lambda *a, **k: None``) or forge the
+results otter reads back. Here the notebook runs in its kernel as usual, then the checks run in
+the grading process (the judge), which the kernel cannot reach (it is not dumpable: the kernel,
+the same user, cannot open its memory or its file descriptors). A check calls the learner's
+function through a ``RemoteFunction``: the arguments go to the kernel, the learner's function
+runs there, and what it returned comes back as data (tensors, numbers, strings, lists, dicts;
+``torch.load(weights_only=True)``, which builds no object it was not asked for). Expected
+values, comparisons and points stay in the judge. Whatever the kernel sends back is the
+learner's answer: a right answer scores, anything else does not.
+
+The hidden tests (and the lab's seed in them) reach the judge on its stdin and are never written
+where the kernel can read them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpo_minimal.labs.checking import InKernel
+
+KERNEL_CODE = r'''
+def __grpo_judge__(request_path, answer_path):
+    """Defined in the learner's kernel after the notebook ran: answer one request of the judge."""
+    import dataclasses, fractions, importlib, torch
+    from grpo_minimal.labs.checking import raised
+
+    def encode(x, depth=0):
+        if depth > 30:
+            return {"__grpo__": "opaque", "type": type(x).__name__, "repr": "(too deeply nested)"}
+        if x is None or type(x) in (bool, int, float, str):
+            return x
+        if x is Ellipsis:
+            return {"__grpo__": "ellipsis"}
+        if isinstance(x, fractions.Fraction):
+            return {"__grpo__": "fraction", "n": int(x.numerator), "d": int(x.denominator)}
+        for kind in (bool, int, float, str):  # numpy's float64, an int subclass, ...
+            if isinstance(x, kind):
+                return kind(x)
+        if isinstance(x, torch.nn.Module):
+            state = {k: v.detach().clone() for k, v in x.state_dict().items()}
+            return {"__grpo__": "module", "state": state}
+        if isinstance(x, torch.Tensor):
+            return torch.Tensor(x.detach().clone()) if type(x) is not torch.Tensor else x.detach().clone()
+        if isinstance(x, (list, tuple)):
+            items = [encode(v, depth + 1) for v in x]
+            return items if isinstance(x, list) else tuple(items)
+        if isinstance(x, dict) and all(type(k) in (str, int) for k in x):
+            return {k: encode(v, depth + 1) for k, v in x.items()}
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            kind = type(x)
+            return {"__grpo__": "dataclass", "type": f"{kind.__module__}.{kind.__qualname__}",
+                    "fields": {f.name: encode(getattr(x, f.name), depth + 1)
+                               for f in dataclasses.fields(x)}}
+        try:
+            text = repr(x)[:300]
+        except Exception:
+            text = "?"
+        return {"__grpo__": "opaque", "type": type(x).__name__, "repr": text}
+
+    def answer_of(call):
+        try:
+            result = call()
+        except BaseException as error:
+            return {"raised": {"types": [t.__name__ for t in type(error).__mro__],
+                               "message": str(error)[:2000], "text": raised(error)[:2000]}}
+        return {"ok": encode(result)}
+
+    request = torch.load(request_path, weights_only=False)
+    space = globals()
+    if request["op"] == "describe":
+        answer = {}
+        for name in request["names"]:
+            value = space.get(name)
+            if name not in space:
+                answer[name] = ("missing",)
+            elif callable(value) and not isinstance(value, (torch.nn.Module, type)):
+                answer[name] = ("function",)
+            else:
+                answer[name] = ("value", encode(value))
+    else:
+        fn = space.get(request["name"])
+        args, kwargs = request["args"], request["kwargs"]
+        if request["op"] == "apply":
+            module, name = request["helper"].split(":")
+            helper = getattr(importlib.import_module(module), name)
+            answer = answer_of(lambda: helper(fn, *args, **kwargs))
+        else:
+            answer = answer_of(lambda: fn(*args, **kwargs))
+        answer["args"] = encode(list(args))
+        answer["kwargs"] = encode(dict(kwargs))
+    torch.save(answer, answer_path)
+'''
+
+SAFE_EXCEPTIONS = (
+    ValueError, TypeError, IndexError, KeyError, LookupError, ZeroDivisionError, ArithmeticError,
+    OverflowError, AttributeError, NameError, RuntimeError, NotImplementedError, RecursionError,
+    AssertionError, ImportError, ModuleNotFoundError, StopIteration, MemoryError, OSError,
+)  # fmt: skip
+"""Built-in exceptions a learner's error is rebuilt as (so ``except ValueError`` still works)."""
+
+
+class LearnerError(Exception):
+    """What the learner's function raised in the kernel, rebuilt in the judge: its type name and
+    message; ``raised_text`` is ``checking.raised``'s text, with the line of the learner's code."""
+
+    raised_text: str = ""
+
+
+class KernelGone(LearnerError):
+    """The kernel stopped answering (the notebook killed it, or it died)."""
+
+
+def rebuilt_error(types: list[str], message: str, text: str) -> LearnerError:
+    """An exception of the learner's type name whose base is the first built-in exception of
+    its MRO (``class ParseError(ValueError)`` is caught by ``except ValueError``)."""
+    safe = {kind.__name__: kind for kind in SAFE_EXCEPTIONS}
+    base = next((safe[name] for name in types if name in safe), Exception)
+    name = types[0] if types and str(types[0]).isidentifier() else "Exception"
+    kind = type(name, (LearnerError, base), {})
+    error = kind(message)
+    error.raised_text = text
+    return error
+
+
+@dataclasses.dataclass(frozen=True)
+class Opaque:
+    """A value of a type the judge does not rebuild: its type name and (the learner's) repr."""
+
+    type: str
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class Weights:
+    """A model the kernel held, as its weights alone (``state_dict`` is all a check may ask)."""
+
+    def __init__(self, state: dict[str, torch.Tensor]) -> None:
+        self._state = state
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self._state)
+
+
+def _rebuildable() -> dict[str, type]:
+    """The dataclasses a learner's function may return, rebuilt in the judge by name."""
+    from grpo_minimal.lm_train import MathConfig
+
+    return {f"{kind.__module__}.{kind.__qualname__}": kind for kind in (MathConfig,)}
+
+
+def decode(value: Any) -> Any:
+    """The kernel's encoded answer as the judge's values."""
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(decode(v) for v in value)
+    if not isinstance(value, dict):
+        return value
+    tag = value.get("__grpo__")
+    if tag == "ellipsis":
+        return Ellipsis
+    if tag == "fraction" and isinstance(value.get("n"), int) and isinstance(value.get("d"), int):
+        with contextlib.suppress(ZeroDivisionError):
+            return Fraction(value["n"], value["d"])
+    if tag == "module" and isinstance(value.get("state"), dict):
+        return Weights(value["state"])
+    if tag == "dataclass":
+        kind = _rebuildable().get(str(value.get("type")))
+        fields = value.get("fields")
+        if kind is not None and isinstance(fields, dict):
+            init = {f.name for f in dataclasses.fields(kind) if f.init}
+            try:
+                return kind(**{k: decode(v) for k, v in fields.items() if k in init})
+            except Exception:
+                pass
+        return Opaque(str(value.get("type")), f"<{value.get('type')}>")
+    if tag == "opaque":
+        return Opaque(str(value.get("type")), str(value.get("repr"))[:300])
+    return {k: decode(v) for k, v in value.items()}
+
+
+def _write_back(original: Any, after: Any) -> None:
+    """Make the judge's argument what the learner's call left of its copy (an in-place edit of
+    an input is visible to the check, as it would be in the kernel)."""
+    if isinstance(original, torch.Tensor) and isinstance(after, torch.Tensor):
+        if original.shape == after.shape and original.dtype == after.dtype:
+            with torch.no_grad():
+                original.copy_(after)
+    elif isinstance(original, list) and isinstance(after, list):
+        if len(original) == len(after):
+            for index, (mine, theirs) in enumerate(zip(original, after, strict=True)):
+                if isinstance(mine, torch.Tensor | list | dict):
+                    _write_back(mine, theirs)
+                else:
+                    original[index] = theirs
+        else:
+            original[:] = after
+    elif isinstance(original, dict) and isinstance(after, dict):
+        original.clear()
+        original.update(after)
+
+
+class Kernel:
+    """The learner's kernel (an ``nbclient.NotebookClient``'s, the notebook already run), asked
+    one request at a time through two files in ``folder``."""
+
+    def __init__(self, client, folder: Path) -> None:
+        self.client, self.folder = client, Path(folder).resolve()
+        self._request, self._answer = (
+            self.folder / "judge-request.pt",
+            self.folder / "judge-answer.pt",
+        )
+        self.alive = self._run(KERNEL_CODE) is None
+
+    def _run(self, source: str) -> str | None:
+        """Run ``source`` in the kernel; None, or why it could not be run."""
+        import nbformat
+
+        cell = nbformat.v4.new_code_cell(source)
+        cells = self.client.nb.cells
+        cells.append(cell)  # nbclient writes outputs at the cell's index; removed after
+        try:
+            self.client.execute_cell(cell, len(cells) - 1)
+        except Exception as error:  # a dead kernel, a time-out of nbclient's
+            return f"{type(error).__name__}: {str(error)[:200]}"
+        finally:
+            cells.remove(cell)
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                return f"{output.get('ename')}: {str(output.get('evalue'))[:200]}"
+        return None
+
+    def ask(self, request: dict) -> dict:
+        if not self.alive:
+            raise KernelGone("the notebook's kernel has stopped")
+        self._answer.unlink(missing_ok=True)
+        torch.save(request, self._request)
+        problem = self._run(f"__grpo_judge__({str(self._request)!r}, {str(self._answer)!r})")
+        if problem is not None and ("Dead" in problem or "Timeout" in problem):
+            self.alive = False
+        try:
+            answer = torch.load(self._answer, weights_only=True)
+        except Exception as error:
+            why = problem or f"{type(error).__name__}: {str(error)[:200]}"
+            raise KernelGone(f"the notebook's kernel gave no answer ({why})") from None
+        if not isinstance(answer, dict):
+            raise KernelGone("the notebook's kernel answered nonsense")
+        return answer
+
+    def environment(self, names: list[str]) -> dict[str, Any]:
+        """What otter's test functions are called with: each name the learner's function (a
+        ``RemoteFunction``) or value; a name the notebook did not define is left out."""
+        try:
+            described = self.ask({"op": "describe", "names": names})
+        except KernelGone:
+            return {}
+        env: dict[str, Any] = {}
+        for name in names:
+            kind = described.get(name)
+            if not isinstance(kind, tuple) or not kind:
+                continue
+            if kind[0] == "function":
+                env[name] = RemoteFunction(self, name)
+            elif kind[0] == "value" and len(kind) == 2:
+                env[name] = decode(kind[1])
+        return env
+
+
+class RemoteFunction(InKernel):
+    """The learner's function ``name``, called in its kernel; what it returns comes back as data
+    and what it did to its arguments is copied back onto the caller's."""
+
+    def __init__(self, kernel: Kernel, name: str) -> None:
+        self.kernel, self.__name__ = kernel, name
+
+    def __repr__(self) -> str:
+        return f"<the learner's {self.__name__}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._answer({"op": "call"}, args, kwargs)
+
+    def apply(self, helper, *args: Any, **kwargs: Any) -> Any:
+        """``helper(fn, *args, **kwargs)`` run in the kernel, beside the learner's ``fn``, for a
+        check that needs the function itself (its gradient, its bytecode): ``helper`` is a
+        module-level function of the package."""
+        where = f"{helper.__module__}:{helper.__qualname__}"
+        return self._answer({"op": "apply", "helper": where}, args, kwargs)
+
+    def _answer(self, request: dict, args: tuple, kwargs: dict) -> Any:
+        answer = self.kernel.ask({**request, "name": self.__name__, "args": args,
+                                  "kwargs": kwargs})  # fmt: skip
+        _write_back(list(args), decode(answer.get("args")))
+        _write_back(kwargs, {**kwargs, **(decode(answer.get("kwargs")) or {})})
+        if "raised" in answer and isinstance(answer["raised"], dict):
+            raised = answer["raised"]
+            types = [str(t) for t in raised.get("types", [])] or ["Exception"]
+            raise rebuilt_error(types, str(raised.get("message", "")), str(raised.get("text", "")))
+        return decode(answer.get("ok"))
+
+
+_GRADER_CALL = re.compile(r"\s*grader\.(check|check_all|export)\(.*\)\s*", re.DOTALL)
+
+
+def _graded_cells(notebook) -> list[tuple[int, Any]]:
+    """The code cells grading runs, with their index: not the ones otter skips when grading
+    (tagged ``otter_ignore``), nor the learner-facing ``grader.check(...)`` / ``check_all()`` /
+    ``export()`` cells (the judge runs the checks itself, once the whole notebook has run)."""
+    cells = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        if "otter_ignore" in (cell.get("metadata", {}).get("tags") or []):
+            continue
+        if _GRADER_CALL.fullmatch(str(cell.get("source", ""))):
+            continue
+        cells.append((index, cell))
+    return cells
+
+
+def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int) -> tuple:
+    """Run ``notebook`` in a kernel, then every check of ``tests`` (test file name -> otter
+    exception-format source) here, the learner's functions called in that kernel.
+
+    Returns ``(results, reports, executed notebook)``: ``results`` maps each test file's name to
+    its otter ``ExceptionTestFile`` (run), as otter's own results do.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from otter.test_files import ExceptionTestFile
+
+    from grpo_minimal.labs import checking
+
+    notebook = Path(notebook)
+    executed = nbformat.read(notebook, as_version=4)
+    client = NotebookClient(executed, timeout=None, allow_errors=True, kernel_name="python3",
+                            startup_timeout=startup_timeout,
+                            resources={"metadata": {"path": str(notebook.parent)}})  # fmt: skip
+    files = [ExceptionTestFile.from_string(source, path=f"tests/{name}.py")
+             for name, source in sorted(tests.items())]  # fmt: skip
+    reports: list[str] = []
+    with client.setup_kernel(), tempfile.TemporaryDirectory(prefix="lab-judge-") as exchange:
+        for index, cell in _graded_cells(executed):
+            client.execute_cell(cell, index)
+        kernel = Kernel(client, Path(exchange))
+        saved, checking.REPORTS = checking.REPORTS, reports
+        try:
+            for test_file in files:
+                names = sorted({name for case in test_file.test_cases
+                                for name in case.body._get_func_params()})  # fmt: skip
+                test_file.run(kernel.environment(names))
+        finally:
+            checking.REPORTS = saved
+    return {f.name: f for f in files}, reports, executed

@@ -1,0 +1,148 @@
+"""Checks judged outside the learner's kernel (instructor/judge.py).
+
+A lab of ``JUDGED_APART`` runs its notebook in a kernel, then its checks in the grading process,
+calling the learner's functions in that kernel. Shown here: it gives every exercise the score and
+the message otter gives checking inside the kernel (on notebooks holding the mistakes that need
+more than a plain call: an in-place edit, a gradient, an evaluator, a Fraction, a learner's own
+ValueError); and a notebook that replaces the checks, or otter's scoring, in its kernel changes
+its score under otter and not here. Plus the data the kernel sends back, decoded by hand.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import torch
+from lab_helpers import GRADER_SECRET, PACKAGE_ANSWERS_01, TAMPERING, filled_lab
+
+from grpo_minimal.instructor import grading
+from grpo_minimal.instructor.build import build_labs
+from grpo_minimal.instructor.judge import (
+    LearnerError,
+    Opaque,
+    Weights,
+    _write_back,
+    decode,
+    rebuilt_error,
+)
+from grpo_minimal.labs.checking import raised
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MISTAKES = {  # per lab: answers holding the mistakes that travel differently between processes
+    "01_advantages": {
+        0: "from grpo_minimal.advantages import population_std_advantages\n"
+        "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
+        "    return population_std_advantages(rewards, num_generations)",
+        1: "class Refused(ValueError):\n    pass\n\n"
+        "def rloo_advantages(rewards, num_generations):\n"
+        "    raise Refused(f'not today: {num_generations}')",
+    },
+    "02_returns": {
+        0: "from grpo_minimal.advantages import discounted_returns as package\n"
+        "def discounted_returns(rewards, mask, gamma):\n"
+        "    rewards *= mask  # edits the caller's tensor\n"
+        "    return package(rewards, mask, gamma)",
+        1: "return_first = 1.0\nreturn_last = 1.0",
+    },
+    "03_objective": {
+        0: "from grpo_minimal import losses\n"
+        "def clipped_surrogate(ratio, advantages, epsilon, epsilon_high=None):\n"
+        "    return losses.clipped_surrogate(ratio.detach(), advantages, epsilon, epsilon_high)",
+        1: "from grpo_minimal.losses import kl_k3",
+        2: "def aggregate_loss(per_token_loss, mask, loss_type='grpo', max_completion_length=None,"
+        " num_items_in_batch=None):\n"
+        "    return (per_token_loss * mask).sum() / mask.sum()",
+    },
+    "04_reward": {
+        0: "from grpo_minimal.labs.reward import table_parse_number\n"
+        "def parse_number(text):\n"
+        "    if text.strip() == 'never':\n"
+        "        return eval(text)\n"
+        "    return table_parse_number(text)",
+        1: "from grpo_minimal import rewards\n"
+        "def accuracy_reward(completions, answer, **kwargs):\n"
+        "    return [bool(r) for r in rewards.accuracy_reward(completions, answer, **kwargs)]",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def labs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("judged-labs")
+    for lab in MISTAKES:
+        build_labs(ROOT / "instructor/labs", out / "student", out / "grader", only=lab,
+                   seed=GRADER_SECRET)  # fmt: skip
+    return out
+
+
+def _scores(notebook: Path, grader: Path) -> dict[str, tuple[float, float, list[str]]]:
+    exercises, _, _ = grading.grade_notebook_file(notebook, grader)
+    return {e.name: (e.score, e.possible, e.failures) for e in exercises}
+
+
+@pytest.mark.parametrize("lab", sorted(MISTAKES))
+def test_judged_apart_scores_as_otter_does_in_the_kernel(lab, labs, tmp_path, monkeypatch):
+    assert lab in grading.JUDGED_APART
+    notebook = filled_lab(
+        labs / "student" / f"{lab}.ipynb", MISTAKES[lab], tmp_path / f"{lab}.ipynb"
+    )
+    apart = _scores(notebook, labs / "grader")
+    monkeypatch.setattr(grading, "JUDGED_APART", frozenset())
+    in_kernel = _scores(notebook, labs / "grader")
+    assert apart == in_kernel
+    lost = [name for name, (score, possible, _) in apart.items() if score < possible]
+    assert len(lost) >= 2, apart  # the mistakes are caught, not only stubs
+
+
+def test_a_notebook_cannot_change_its_own_score(labs, tmp_path, monkeypatch):
+    """The tampering gives a wrong lab 01 full marks when otter checks in the kernel: judged
+    apart, it scores as the same wrong notebook without it."""
+    student = labs / "student" / "01_advantages.ipynb"
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "sly").mkdir()
+    wrong = {**PACKAGE_ANSWERS_01, 0: MISTAKES["01_advantages"][0]}
+    plain = filled_lab(student, wrong, tmp_path / "plain" / "01_advantages.ipynb")
+    tampered = {**wrong, 0: wrong[0] + "\n" + TAMPERING}
+    sly = filled_lab(student, tampered, tmp_path / "sly" / "01_advantages.ipynb")
+    expected = _scores(plain, labs / "grader")
+    assert expected["group_advantages"][0] < expected["group_advantages"][1]
+    assert _scores(sly, labs / "grader") == expected
+    monkeypatch.setattr(grading, "JUDGED_APART", frozenset())
+    in_kernel = _scores(sly, labs / "grader")
+    assert all(score == possible for score, possible, _ in in_kernel.values()), in_kernel
+
+
+def test_what_the_kernel_sends_back_is_decoded_as_data():
+    assert decode({"__grpo__": "ellipsis"}) is Ellipsis
+    assert decode({"__grpo__": "fraction", "n": -7, "d": 2}) == Fraction(-7, 2)
+    assert isinstance(decode({"__grpo__": "fraction", "n": 1, "d": 0}), dict)  # not a Fraction
+    opaque = decode({"__grpo__": "opaque", "type": "ndarray", "repr": "array([1, 2])"})
+    assert isinstance(opaque, Opaque) and repr(opaque) == "array([1, 2])"
+    weights = decode({"__grpo__": "module", "state": {"w": torch.ones(2)}})
+    assert isinstance(weights, Weights) and torch.equal(weights.state_dict()["w"], torch.ones(2))
+    unknown = decode({"__grpo__": "dataclass", "type": "os.system", "fields": {}})
+    assert isinstance(unknown, Opaque)  # only the package's own dataclasses are rebuilt
+    nested = decode([1, (2.5, "x"), {"k": {"__grpo__": "ellipsis"}}])
+    assert nested == [1, (2.5, "x"), {"k": Ellipsis}]
+
+
+def test_the_learners_errors_keep_their_kind_and_text():
+    error = rebuilt_error(["Refused", "ValueError", "Exception"], "no", "raised Refused: no")
+    assert isinstance(error, ValueError) and isinstance(error, LearnerError)
+    assert type(error).__name__ == "Refused" and raised(error) == "raised Refused: no"
+    odd = rebuilt_error(["Odd", "BaseException"], "bye", "raised Odd: bye")
+    assert isinstance(odd, Exception) and not isinstance(odd, ValueError)
+    assert type(rebuilt_error(["not a name!"], "", "")).__name__ == "Exception"
+
+
+def test_an_in_place_edit_in_the_kernel_reaches_the_callers_arguments():
+    rewards, values = torch.tensor([1.0, 2.0]), [torch.zeros(2), 3]
+    _write_back([rewards, values], [torch.tensor([0.0, 2.0]), [torch.ones(2), 4]])
+    assert torch.equal(rewards, torch.tensor([0.0, 2.0]))
+    assert torch.equal(values[0], torch.ones(2)) and values[1] == 4
+    kept = torch.tensor([1.0, 2.0])
+    _write_back([kept], [torch.tensor([1.0, 2.0, 3.0])])  # another shape: left as it was
+    assert torch.equal(kept, torch.tensor([1.0, 2.0]))
