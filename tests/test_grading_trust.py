@@ -135,8 +135,9 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
 
 def _marked_processes() -> list[psutil.Process]:
     """Processes a submission started: MARK in the command line or, grading as root, any
-    process of a job's own user id."""
-    uids = range(sandbox.SANDBOX_UID_BASE, sandbox.SANDBOX_UID_BASE + 8)
+    process of a user id this test process's jobs graded as (another test's grading, running
+    beside this one, has user ids of its own: ``sandbox.claim_slot``)."""
+    uids = set(sandbox.CLAIMED_UIDS)
     found = []
     for process in psutil.process_iter(["cmdline", "uids"]):
         marked = MARK in " ".join(process.info["cmdline"] or [])
@@ -320,11 +321,14 @@ def test_what_is_bound_back_is_readable_inside_private_folders(tmp_path):
     private.chmod(0o700)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    if (uid := sandbox.job_uid(0)) is not None:
+    slot, lock = sandbox.claim_slot()
+    if (uid := sandbox.job_uid(slot)) is not None:
         os.chown(scratch, uid, uid)
     argv = sandbox.command(["cat", str(package / "hello.txt")], scratch, [private / "checkout"],
-                           [package], {"PATH": "/usr/bin:/bin"}, 0)  # fmt: skip
+                           [package], {"PATH": "/usr/bin:/bin"}, slot)  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if lock is not None:
+        lock.close()
     assert done.returncode == 0 and done.stdout == "hello", done.stderr
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from lab_helpers import (
+    GRADER_SEEDS,
     assert_caught_publicly,
     assert_fails,
     assert_passes,
@@ -200,3 +201,57 @@ def test_stub_gets_clear_feedback():
     message = assert_fails(checks.check_group_advantages, stub)
     assert "stub" in message
     assert "define `group_advantages`" in assert_fails(checks.check_group_advantages, None)
+
+
+# --- mistakes learners write, each told the hint that names it (public cases and graded twins) ---
+
+
+def not_flattened(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    return centred / (grouped.std(dim=1, keepdim=True) + eps)  # forgot .flatten()
+
+
+def over_dim_0(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=0, keepdim=True)
+    if scale_rewards == "group":
+        centred = centred / (grouped.std(dim=0, keepdim=True) + eps)
+    elif scale_rewards == "batch":
+        centred = centred / (rewards.float().std() + eps)
+    return centred.flatten()
+
+
+def batch_std_in_group_mode(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards != "none":
+        centred = centred / (rewards.float().std() + eps)
+    return centred.flatten()
+
+
+def filled_zeros_like(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    out = torch.zeros_like(rewards)  # int64 for integer rewards
+    out[:] = package.group_advantages(rewards.float(), num_generations, scale_rewards, eps)
+    return out
+
+
+def rloo_not_flattened(rewards, num_generations):
+    grouped = rewards.float().view(-1, num_generations)
+    return grouped - (grouped.sum(dim=1, keepdim=True) - grouped) / (num_generations - 1)
+
+
+NAMED_MISTAKES = [
+    (checks.check_group_advantages, not_flattened, "the shape is [B/G, G]"),
+    (checks.check_group_advantages, over_dim_0, "not dim=0"),
+    (checks.check_group_advantages, batch_std_in_group_mode, "its OWN std"),
+    (checks.check_group_advantages, filled_zeros_like, "advantages are floats"),
+    (checks.check_rloo_advantages, rloo_not_flattened, "the shape is [B/G, G]"),
+]
+
+
+@pytest.mark.parametrize("check, fn, hint", NAMED_MISTAKES, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
+def test_a_mistake_is_told_the_hint_that_names_it(check, fn, hint, seed):
+    message = assert_fails(check, fn, seed)
+    assert hint in message.split("  hint:", 1)[1], message

@@ -295,6 +295,20 @@ def test_group_advantages_package_passes(fn):
     assert_passes(checks.check_group_advantages, fn)
 
 
+def advantages_eps_inside_the_sqrt(rewards, num_generations, eps=1e-4):
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    return (centred / torch.sqrt(grouped.var(dim=1, keepdim=True) + eps)).flatten()
+
+
+def test_eps_inside_the_sqrt_is_told_so_as_in_lab_01():
+    """Lab 01's mistakes of group_advantages get lab 01's hints here too (this hint once said
+    to compute each block's own mean and std, which the learner did)."""
+    for seed in (None, 12_345):
+        message = assert_fails(checks.check_group_advantages, advantages_eps_inside_the_sqrt, seed)
+        assert "outside the square root" in message.split("  hint:", 1)[1], message
+
+
 def test_group_advantages_feedback():
     assert "zero-variance group" in assert_fails(checks.check_group_advantages, advantages_no_eps)
     for fn in (advantages_batch, advantages_unbiased_over_batch):
@@ -535,6 +549,58 @@ def test_grpo_update_feedback():
     kept = assert_fails(checks.check_grpo_update, update_without_zero_grad)  # its own hint
     hint = kept.split("  hint:", 1)[1]
     assert "zero_grad() before each loss.backward()" in hint and "pi_old" not in hint, kept
+
+
+def _slipped_update(slip: str):
+    """A learner's grpo_update with one slip: its order of zero_grad / backward / step, the
+    ratio's direction, the loss's sign, the surrogate, the number of updates."""
+
+    def grpo_update(policy, ref_policy, optimizer, rollout, num_iterations=1, beta=0.04,
+                    epsilon=0.2):  # fmt: skip
+        with torch.no_grad():
+            old_logps = policy.logps(rollout.prompts, rollout.completions)
+            ref_logps = ref_policy.logps(rollout.prompts, rollout.completions)
+        advantages = rollout.advantages[:, None]
+        ratios = []
+        for _ in range(1, num_iterations) if slip == "range(1, n)" else range(num_iterations):
+            logps = policy.logps(rollout.prompts, rollout.completions)
+            if slip == "old / new":
+                ratio = torch.exp(old_logps) / torch.exp(logps)
+            else:
+                ratio = torch.exp(logps - old_logps)
+            clipped = ratio.clamp(1 - epsilon, 1 + epsilon)
+            if slip == "clamp":
+                objective = (clipped * advantages).mean()
+            else:
+                objective = torch.minimum(ratio * advantages, clipped * advantages).mean()
+            kl = beta * kl_penalty(logps, ref_logps)
+            loss = objective + kl if slip == "sign" else kl - objective
+            if slip == "backward, zero_grad, step":
+                loss.backward()
+                optimizer.zero_grad()
+            else:
+                optimizer.zero_grad()
+                loss.backward()
+            optimizer.step()
+            ratios.append(ratio.detach())
+        return ratios
+
+    grpo_update.__name__ = f"update_{slip}"
+    return grpo_update
+
+
+@pytest.mark.parametrize("slip, hint", [
+    ("backward, zero_grad, step", "the policy never moved"),
+    ("old / new", "exp(old_logps - logps) is its inverse"),
+    ("sign", "the loss is -L_clip + beta * KL"),
+    ("clamp", "clipped * A alone drops the unclipped term"),
+    ("range(1, n)", "num_iterations updates, one ratio each"),
+])  # fmt: skip
+@pytest.mark.parametrize("seed", [None, 12_345])
+def test_grpo_update_slips_are_told_their_own_hint(slip, hint, seed):
+    """Each of these once got the hint about recomputing pi_old (the first case they fail)."""
+    message = assert_fails(checks.check_grpo_update, _slipped_update(slip), seed)
+    assert hint in message.split("  hint:", 1)[1], message
 
 
 def test_grpo_update_correct_alternative_passes():

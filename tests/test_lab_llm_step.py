@@ -576,3 +576,24 @@ def test_a_cached_run_is_not_reused_after_a_called_function_changes():
     assert key == (step, _helper)
     namespace["_helper"] = lambda: 2  # the learner fixes a function the step calls
     assert checks._fingerprint(step) != key
+
+
+def mask_count_at_most_one(completion_ids, eos_ids):
+    is_eos = torch.isin(completion_ids, torch.tensor(list(eos_ids)))
+    return (is_eos.long().cumsum(dim=1) <= 1).long()  # "at most one EOS so far"
+
+
+def mask_down_the_batch(completion_ids, eos_ids):
+    is_eos = torch.isin(completion_ids, torch.tensor(list(eos_ids))).long()
+    return ((is_eos.cumsum(dim=0) - is_eos) == 0).long()
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (mask_count_at_most_one, "a count <= 1 also keeps what follows the first EOS"),
+    (mask_down_the_batch, "not down the batch (dim=0)"),
+], ids=["count<=1", "dim=0"])  # fmt: skip
+@pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
+def test_mask_slips_are_told_their_own_hint(fn, hint, seed):
+    """Both once got the hint that the EOS itself is kept, which they did."""
+    message = assert_fails(checks.check_mask_after_eos, fn, seed)
+    assert hint in message.split("  hint:", 1)[1], message

@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 from lab_helpers import (
+    GRADER_SEEDS,
     assert_caught_publicly,
     assert_fails,
     assert_passes,
@@ -595,3 +596,48 @@ def test_new_public_hints_quote_the_package():
     assert package.kl_k3(*both.args).tolist() == pytest.approx([4.389056, 1.135335], rel=1e-5)
     reference = next(c for c in checks.KL_PUBLIC if "x = -119.5" in c.name)
     assert package.kl_k3(*reference.args).item() == pytest.approx(118.5)
+
+
+# --- mistakes learners write, each told the hint that names it (public cases and graded twins) ---
+
+
+def min_before_advantage(ratio, advantages, epsilon, epsilon_high=None):
+    high = epsilon if epsilon_high is None else epsilon_high
+    return torch.min(ratio, torch.clamp(ratio, 1 - epsilon, 1 + high)) * advantages
+
+
+def clipped_only(ratio, advantages, epsilon, epsilon_high=None):
+    high = epsilon if epsilon_high is None else epsilon_high
+    return torch.clamp(ratio, 1 - epsilon, 1 + high) * advantages
+
+
+def surrogate_averaged(ratio, advantages, epsilon, epsilon_high=None):
+    high = epsilon if epsilon_high is None else epsilon_high
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + high)
+    return torch.min(ratio * advantages, clipped * advantages).mean()
+
+
+def k3_averaged(logps, ref_logps):
+    x = ref_logps - logps
+    return (torch.exp(x) - x - 1).mean()
+
+
+def k3_clamped(logps, ref_logps):
+    x = (ref_logps - logps).clamp(-20, 20)  # as some libraries do, "for stability"
+    return torch.exp(x) - x - 1
+
+
+NAMED_MISTAKES = [
+    (checks.check_clipped_surrogate, min_before_advantage, "min of the two PRODUCTS"),
+    (checks.check_clipped_surrogate, clipped_only, "the unclipped term is missing"),
+    (checks.check_clipped_surrogate, surrogate_averaged, "one value per token"),
+    (checks.check_kl_k3, k3_averaged, "one k3 per token"),
+    (checks.check_kl_k3, k3_clamped, "do not clamp x"),
+]
+
+
+@pytest.mark.parametrize("check, fn, hint", NAMED_MISTAKES, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
+def test_a_mistake_is_told_the_hint_that_names_it(check, fn, hint, seed):
+    message = assert_fails(check, fn, seed)
+    assert hint in message.split("  hint:", 1)[1], message

@@ -714,3 +714,19 @@ def test_hedge_question():
     ]:
         with pytest.raises(CheckFailed, match="case:"):
             checks.check_hedge_question(*wrong)
+
+
+def parse_sign_read_not_applied(text):
+    """The '-' is matched, then the digits alone are turned into the value."""
+    if not isinstance(text, str):
+        return None
+    match = re.fullmatch(r"\s*(-?)([0-9][0-9,]*(?:\.[0-9]+)?(?:/[0-9]+)?)\s*", text)
+    value = reference_parse(match.group(2)) if match else None
+    return value  # match.group(1) never used
+
+
+@pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
+def test_a_dropped_sign_is_told_so(seed):
+    """Its first failing case once told it only that "a leading '-' is allowed"."""
+    message = assert_fails(checks.check_parse_number, parse_sign_read_not_applied, seed)
+    assert "read but not applied" in message.split("  hint:", 1)[1], message

@@ -250,8 +250,11 @@ def grade_folder(
         directory.mkdir(parents=True, exist_ok=True)
     hidden = _kept_from_submissions(folder, out, grader_dir)
     threads = None if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
+    slots: list[tuple[int, object | None]] = []
+    for _ in range(min(jobs, len(notebooks))):  # job numbers no other grading uses now
+        slots.append(sandbox.claim_slot({slot for slot, _ in slots}))
     graders = [Grader(grader_dir, timeout_s, slot, threads, use_sandbox, hidden)
-               for slot in range(min(jobs, len(notebooks)))]  # fmt: skip
+               for slot, _ in slots]  # fmt: skip
     free = list(graders)
     lock = threading.Lock()
 
@@ -302,6 +305,10 @@ def grade_folder(
                 grader.kill()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+        finally:
+            for _, claimed in slots:  # the job numbers are free once their jobs have ended
+                if claimed is not None:
+                    claimed.close()
         pool.shutdown(wait=True)
     return rows
 

@@ -50,6 +50,37 @@ def job_uid(slot: int) -> int | None:
     return SANDBOX_UID_BASE + slot if os.geteuid() == 0 else None
 
 
+SLOT_LOCKS = Path("/run/grpo-minimal-grading")
+"""Where a grading run, as root, locks the job numbers it uses (``claim_slot``)."""
+CLAIMED_UIDS: set[int] = set()
+"""Every user id a job of this process has graded as (what the tests look for afterwards)."""
+
+
+def claim_slot(taken: set[int] = frozenset()) -> tuple[int, object | None]:
+    """A job number that no other grading on this machine uses now, and the open lock file that
+    holds it (close it to free the number). As root a job's number is its user id, and the
+    process limit counts per user: two gradings sharing a user id (two instructors, two tests)
+    would share the limit, and one's fork bomb would starve the other. Not as root: the next
+    number not in ``taken``, no lock."""
+    if os.geteuid() != 0:
+        return min(set(range(len(taken) + 1)) - set(taken)), None
+    import fcntl
+
+    SLOT_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    for slot in range(1000):
+        if slot in taken:
+            continue
+        handle = open(SLOT_LOCKS / f"slot-{slot}.lock", "a")  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        CLAIMED_UIDS.add(SANDBOX_UID_BASE + slot)
+        return slot, handle
+    raise RuntimeError(f"every grading job number is in use ({SLOT_LOCKS})")
+
+
 def _python_folders() -> list[Path]:
     """What the graded Python needs to read: its prefixes and the interpreter's real folder."""
     folders = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix)}
@@ -146,14 +177,18 @@ def probe() -> str | None:
     import subprocess
     import tempfile
 
+    slot, lock = claim_slot()
     with tempfile.TemporaryDirectory(prefix="lab-probe-") as scratch:
-        if (uid := job_uid(0)) is not None:
+        if (uid := job_uid(slot)) is not None:
             os.chown(scratch, uid, uid)
-        argv = command(["true"], Path(scratch), [], [], {"PATH": "/usr/bin:/bin"}, 0)
+        argv = command(["true"], Path(scratch), [], [], {"PATH": "/usr/bin:/bin"}, slot)
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as error:
             return f"{type(error).__name__}: {error}"
+        finally:
+            if lock is not None:
+                lock.close()
     if done.returncode == 0:
         return None
     lines = (done.stderr or done.stdout).strip().splitlines()

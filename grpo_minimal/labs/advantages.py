@@ -178,13 +178,73 @@ def _eps_inside_the_sqrt(rewards, num_generations, scale_rewards="group", eps=1e
     return (centred / torch.sqrt(var + eps)).flatten()
 
 
+def _not_flat(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    """A mistake: the right values, left in the [B/G, G] view of the groups."""
+    return package.group_advantages(rewards, num_generations, scale_rewards, eps).view(
+        -1, num_generations
+    )
+
+
+def _over_dim_0(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    """A mistake: the mean and std taken over dim=0 (across groups) of the [B/G, G] view."""
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=0, keepdim=True)
+    if scale_rewards == "group":
+        centred = centred / (grouped.std(dim=0, keepdim=True) + eps)
+    elif scale_rewards == "batch":
+        centred = centred / (rewards.float().std() + eps)
+    return centred.flatten()
+
+
+def _batch_std_for_groups(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    """A mistake: each group's own mean, but the whole batch's std in 'group' mode."""
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards != "none":
+        centred = centred / (rewards.float().std() + eps)
+    return centred.flatten()
+
+
+def _cast_back(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    """A mistake: the advantages cast back to the rewards' dtype (integers for int64)."""
+    return package.group_advantages(rewards, num_generations, scale_rewards, eps).to(rewards.dtype)
+
+
+NOT_FLAT_HINT = (
+    "the values are right but the shape is [B/G, G]: return one advantage per completion, flat "
+    "[B] (.flatten() or .reshape(-1)), in the order of the rewards"
+)
+CAST_BACK_HINT = (
+    "advantages are floats even for integer rewards: do not cast them back to rewards.dtype, "
+    "and do not fill a torch.zeros_like(rewards) (an int64 tensor) with them"
+)
+
 GROUP_MISTAKES = [
     Mistake(
         _eps_inside_the_sqrt,
         "eps goes outside the square root: divide by (std + eps), not sqrt(var + eps); the "
         "two differ little at eps=1e-4 and a lot at a larger eps",
-    ),  # fmt: skip
-]
+    ),
+    Mistake(_not_flat, NOT_FLAT_HINT),
+    Mistake(
+        _over_dim_0,
+        "in the [B/G, G] view a group is a ROW: take the mean and std over dim=1 (its G "
+        "rewards, keepdim=True), not dim=0 (across groups)",
+    ),
+    Mistake(
+        _batch_std_for_groups,
+        "with scale_rewards='group' each group is divided by its OWN std, grouped.std(dim=1, "
+        "keepdim=True), not by the std of the whole batch",
+    ),
+    Mistake(_cast_back, CAST_BACK_HINT),
+]  # fmt: skip
+
+RLOO_MISTAKES = [
+    Mistake(lambda rewards, num_generations: package.rloo_advantages(rewards, num_generations)
+            .view(-1, num_generations), NOT_FLAT_HINT),
+    Mistake(lambda rewards, num_generations: package.rloo_advantages(rewards, num_generations)
+            .to(rewards.dtype), CAST_BACK_HINT),
+]  # fmt: skip
 
 
 def check_group_advantages(fn: Callable, seed: int | None = None) -> None:
@@ -195,7 +255,7 @@ def check_group_advantages(fn: Callable, seed: int | None = None) -> None:
 
 def check_rloo_advantages(fn: Callable, seed: int | None = None) -> None:
     cases = cases_for(RLOO_PUBLIC, rloo_twins, seed)
-    run_cases(fn, "rloo_advantages", cases, package.rloo_advantages)
+    run_cases(fn, "rloo_advantages", cases, package.rloo_advantages, mistakes=RLOO_MISTAKES)
 
 
 # The seed's worked example ("15 + 27", seed 000 lines 609-621): rewards [1, 1, 0, 1].

@@ -34,6 +34,7 @@ import torch
 
 from grpo_minimal import advantages as package
 from grpo_minimal.device import torch_threads  # one thread: the toy's tensors are tiny
+from grpo_minimal.labs import advantages as lab01_checks
 from grpo_minimal.labs.checking import (
     Case,
     Mistake,
@@ -678,6 +679,14 @@ def advantage_twins(seed: int) -> list[Case]:
     ]
 
 
+# lab 01's mistakes of group_advantages, for this exercise's signature (no scale_rewards)
+GROUP_MISTAKES = [
+    Mistake(lambda rewards, num_generations, eps=1e-4, wrong=m.fn: wrong(
+        rewards, num_generations, "group", eps), m.hint)
+    for m in lab01_checks.GROUP_MISTAKES
+]  # fmt: skip
+
+
 def check_group_advantages(fn: Callable, seed: int | None = None) -> None:
     run_cases(
         fn,
@@ -686,6 +695,7 @@ def check_group_advantages(fn: Callable, seed: int | None = None) -> None:
         lambda rewards, num_generations, eps=1e-4: package.group_advantages(
             rewards, num_generations, eps=eps
         ),
+        mistakes=GROUP_MISTAKES,
     )
 
 
@@ -983,12 +993,61 @@ def _update_without_zero_grad(policy, ref_policy, optimizer, rollout, **kwargs):
     return grpo_update(policy, ref_policy, _GradientsKept(optimizer), rollout, **kwargs)
 
 
+def _wrong_update(policy, ref_policy, optimizer, rollout, num_iterations=1, beta=0.04,
+                  epsilon=0.2, *, mistake: str):  # fmt: skip
+    """``grpo_update`` with one ``mistake`` learners make: "no step" (zero_grad between backward
+    and step wipes the gradient), "pi_old / pi" (the ratio upside down), "loss sign" (+L_clip
+    minimised), "clipped only" (clip(ratio) * A without the min), "one step short"."""
+    prompts, completions = rollout.prompts, rollout.completions
+    with torch.no_grad():
+        old_logps = policy.logps(prompts, completions)
+        ref_logps = ref_policy.logps(prompts, completions)
+    advantages = rollout.advantages.unsqueeze(1)
+    ratios = []
+    steps = num_iterations - 1 if mistake == "one step short" else num_iterations
+    for _ in range(steps):
+        logps = policy.logps(prompts, completions)
+        log_ratio = old_logps - logps if mistake == "pi_old / pi" else logps - old_logps
+        ratio = torch.exp(log_ratio)
+        clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
+        surrogate = clipped * advantages if mistake == "clipped only" else torch.min(
+            ratio * advantages, clipped * advantages)  # fmt: skip
+        sign = 1.0 if mistake == "loss sign" else -1.0
+        loss = sign * surrogate.mean() + beta * kl_penalty(logps, ref_logps)
+        optimizer.zero_grad()
+        loss.backward()
+        if mistake == "no step":
+            optimizer.zero_grad()
+        optimizer.step()
+        ratios.append(ratio.detach())
+    return ratios
+
+
+def _update_with(mistake: str) -> Callable:
+    return lambda *args, **kwargs: _wrong_update(*args, **kwargs, mistake=mistake)
+
+
 UPDATE_MISTAKES = [
     Mistake(_update_without_zero_grad,
             "call optimizer.zero_grad() before each loss.backward(): backward ADDS to the "
             "gradients the previous update left, so from the second update on each step also "
-            "carries the old gradients"),  # fmt: skip
-]
+            "carries the old gradients"),
+    Mistake(_update_with("no step"),
+            "the policy never moved: each update is optimizer.zero_grad(), then "
+            "loss.backward(), then optimizer.step() (a zero_grad between backward and step "
+            "wipes the gradient; without step nothing changes)"),
+    Mistake(_update_with("pi_old / pi"),
+            "the ratio is pi / pi_old = exp(logps - old_logps), equation (5); "
+            "exp(old_logps - logps) is its inverse"),
+    Mistake(_update_with("loss sign"),
+            "the loss is -L_clip + beta * KL, equation (8): minimising it maximises the "
+            "surrogate; with +L_clip the policy moves away from the high-advantage completions"),
+    Mistake(_update_with("clipped only"),
+            "the surrogate is torch.min(ratio * A, clipped * A), equation (6): clipped * A "
+            "alone drops the unclipped term, and the gradient is zero wherever the clip holds"),
+    Mistake(_update_with("one step short"),
+            "num_iterations updates, one ratio each: for _ in range(num_iterations)"),
+]  # fmt: skip
 
 
 def check_grpo_update(fn: Callable, seed: int | None = None) -> None:

@@ -209,15 +209,23 @@ def _explain_none(got: Any) -> str:
     return ""
 
 
-def _diagnosed(mistakes: Sequence[Mistake], case: Case, got: Any, expected: Any,
+def _diagnosed(mistakes: Sequence[Mistake], failed: Sequence[tuple[Case, Any, Any]],
                compare: Callable[[Any, Any], bool]) -> str | None:  # fmt: skip
-    """The hint of the first known mistake whose output on ``case`` is what the learner got."""
+    """The hint of the first known mistake that gives what the learner got on every failing
+    ``(case, got, expected)`` (and not the expected value): one case alone may fit two mistakes
+    (a single row cannot tell a count over the row from a count down the batch)."""
     for mistake in mistakes:
-        try:
-            theirs = mistake.fn(*_clone(case.args), **_clone(case.kwargs))
-        except Exception:
-            continue
-        if compare(got, theirs) and not compare(theirs, expected):
+        fits = True
+        for case, got, expected in failed:
+            try:
+                theirs = mistake.fn(*_clone(case.args), **_clone(case.kwargs))
+            except Exception:
+                fits = False
+                break
+            if not compare(got, theirs) or compare(theirs, expected):
+                fits = False
+                break
+        if fits and failed:
             return mistake.hint
     return None
 
@@ -235,11 +243,13 @@ def run_cases(
     The message details the first failing case and names the others. A case without
     ``expected`` is compared with ``reference(*args, **kwargs)``. Inputs are cloned for the
     learner's call, so a function that edits its input in place cannot change the expected value.
-    A failing output that one of ``mistakes`` gives too is told that mistake's hint.
+    Wrong outputs that one of ``mistakes`` gives too, on every case the learner got wrong, are
+    told that mistake's hint.
     """
     require_function(fn, name)
-    failures: list[CheckFailed] = []
+    failures: list[CheckFailed | None] = []  # None: a wrong value, told below
     names: list[str] = []
+    wrong: list[tuple[Case, Any, Any]] = []  # (case, got, expected) where a value came back
     for case in cases:
         expected = case.expected
         if expected is None:
@@ -253,14 +263,18 @@ def run_cases(
             names.append(case.name)
             continue
         if not compare(got, expected):
-            hint = _diagnosed(mistakes, case, got, expected, compare)
-            failures.append(
-                failure(case, case.describe_input(), expected, got,
-                        hint or case.hint + _explain_none(got))
-            )  # fmt: skip
+            wrong.append((case, got, expected))
             names.append(case.name)
+            failures.append(None)  # made below, once every case has been seen
             if got is None or got is Ellipsis:
                 break  # a stub, or nothing returned: every other case would say the same
+    hint = _diagnosed(mistakes, wrong, compare) if mistakes else None
+    made = iter(wrong)
+    for index, failed in enumerate(failures):
+        if failed is None:
+            case, got, expected = next(made)
+            failures[index] = failure(case, case.describe_input(), expected, got,
+                                      hint or case.hint + _explain_none(got))  # fmt: skip
     raise_first(failures, names)
 
 

@@ -47,6 +47,7 @@ from grpo_minimal.completions import mask_after_eos as package_mask_after_eos
 from grpo_minimal.data import load_train_eval_rows
 from grpo_minimal.labs.checking import (
     Case,
+    Mistake,
     cases_for,
     draw_int,
     failure,
@@ -279,11 +280,36 @@ def _same_mask(got, expected: torch.Tensor) -> bool:
     return torch.equal(got.detach().to(torch.float64), expected.to(torch.float64))
 
 
+def _eos_count_at_most_one(completion_ids: torch.Tensor, eos_ids) -> torch.Tensor:
+    """A mistake: keep while the running count of EOS (this token's included) is <= 1, which
+    keeps everything after the first EOS up to a second one."""
+    is_eos = torch.isin(completion_ids, torch.tensor(list(eos_ids)))
+    return (is_eos.long().cumsum(dim=1) <= 1).long()
+
+
+def _eos_counted_down_the_batch(completion_ids: torch.Tensor, eos_ids) -> torch.Tensor:
+    """A mistake: the EOS counted along dim=0 (down the batch), not along each row."""
+    is_eos = torch.isin(completion_ids, torch.tensor(list(eos_ids)))
+    return ((is_eos.long().cumsum(dim=0) - is_eos.long()) == 0).long()
+
+
+MASK_MISTAKES = [
+    Mistake(_eos_count_at_most_one,
+            "the tokens after the first EOS must be 0: keep a token when NO EOS comes before "
+            "it in its row, (is_eos.cumsum(dim=1) - is_eos) == 0; a count <= 1 also keeps "
+            "what follows the first EOS"),
+    Mistake(_eos_counted_down_the_batch,
+            "count the EOS along each row (dim=1, the tokens of one completion), not down the "
+            "batch (dim=0)"),
+]  # fmt: skip
+
+
 def check_mask_after_eos(fn: Callable, seed: int | None = None) -> None:
     """Equation (15): the hand-made rows and their drawn twins; with the grader's ``seed``, fresh
     twins only."""
     cases = cases_for(MASK_PUBLIC, mask_twins, seed)
-    run_cases(fn, "mask_after_eos", cases, package_mask_after_eos, compare=_same_mask)
+    run_cases(fn, "mask_after_eos", cases, package_mask_after_eos, compare=_same_mask,
+              mistakes=MASK_MISTAKES)  # fmt: skip
 
 
 # --- exercise 2: completion_logps, equation (16) --------------------------------------------------

@@ -23,6 +23,7 @@ import torch
 from grpo_minimal import losses as package
 from grpo_minimal.labs.checking import (
     Case,
+    Mistake,
     beside,
     cases_for,
     check_answer,
@@ -47,13 +48,16 @@ def _pick(g: torch.Generator, options: Sequence) -> Any:
     return options[int(torch.randint(len(options), (1,), generator=g))]
 
 
-def _run_all(name: str, fn: Callable, runs: Sequence[tuple[Callable, Case, Any]]) -> None:
-    """Run every ``(call, case, reference)``; a reference ``ValueError`` means "must refuse"."""
+def _run_all(name: str, fn: Callable, runs: Sequence[tuple[Callable, Case, Any]],
+             mistakes: Sequence[Mistake] = ()) -> None:  # fmt: skip
+    """Run every ``(call, case, reference)``; a reference ``ValueError`` means "must refuse".
+    ``mistakes`` name what went wrong where ``call`` is the learner's function itself."""
 
     def check(call: Callable, case: Case, reference: Any) -> Callable[[], None]:
         if reference is ValueError:
             return lambda: expect_raises(call, case)
-        return lambda: run_cases(call, name, [case], reference)
+        known = mistakes if call is fn else ()
+        return lambda: run_cases(call, name, [case], reference, mistakes=known)
 
     run_all(name, fn, [(case.name, check(call, case, reference)) for call, case, reference in runs])
 
@@ -267,6 +271,31 @@ def clip_gradient_twins(seed: int) -> list[Case]:
     ]
 
 
+def _min_of_ratios(ratio, advantages, epsilon, epsilon_high=None):
+    """A mistake: min(ratio, clip(ratio)) * A, the min taken before multiplying by A."""
+    high = epsilon if epsilon_high is None else epsilon_high
+    return torch.min(ratio, ratio.clamp(1 - epsilon, 1 + high)) * advantages
+
+
+def _clipped_term_only(ratio, advantages, epsilon, epsilon_high=None):
+    """A mistake: clip(ratio) * A alone, without the unclipped term."""
+    high = epsilon if epsilon_high is None else epsilon_high
+    return ratio.clamp(1 - epsilon, 1 + high) * advantages
+
+
+CLIP_MISTAKES = [
+    Mistake(_min_of_ratios,
+            "take the min of the two PRODUCTS, min(ratio * A, clip(ratio) * A): for A < 0, "
+            "min(ratio, clip(ratio)) * A is the max of the products, not the min"),
+    Mistake(_clipped_term_only,
+            "the unclipped term is missing: the objective is min(ratio * A, clip(ratio) * A), "
+            "and clip(ratio) * A alone is too generous where the ratio moved the wrong way"),
+    Mistake(lambda *args, **kwargs: package.clipped_surrogate(*args, **kwargs).mean(),
+            "one value per token, the shape of ratio: no mean or sum here (aggregate_loss, "
+            "exercise 3, reduces the tokens)"),
+]  # fmt: skip
+
+
 def check_clipped_surrogate(fn: Callable, seed: int | None = None) -> None:
     """Values, then the gradient with respect to the ratio (where the clip makes it zero)."""
     gradient, reference = _ratio_gradient(fn), _ratio_gradient(package.clipped_surrogate)
@@ -283,6 +312,7 @@ def check_clipped_surrogate(fn: Callable, seed: int | None = None) -> None:
                 for case in cases_for(CLIP_GRADIENT_PUBLIC, clip_gradient_twins, seed)
             ),
         ],
+        CLIP_MISTAKES,
     )
 
 
@@ -395,9 +425,26 @@ def kl_twins(seed: int) -> list[Case]:
     ]
 
 
+KL_MISTAKES = [
+    Mistake(lambda logps, ref_logps: package.kl_k3(logps, ref_logps).mean(),
+            "one k3 per token, the shape of logps: no mean or sum here (the loss reduces the "
+            "tokens later)"),
+    Mistake(lambda logps, ref_logps: package.kl_k3(logps, ref_logps).sum(-1),
+            "one k3 per token, the shape of logps: no mean or sum here (the loss reduces the "
+            "tokens later)"),
+    Mistake(lambda logps, ref_logps: torch.exp((ref_logps - logps).clamp(-20, 20))
+            - (ref_logps - logps).clamp(-20, 20) - 1,
+            "do not clamp x = ref_logps - logps: e^x underflows harmlessly to 0 for a very "
+            "negative x, and the clamp cuts the -x term (k3 = e^x - x - 1 grows like -x there)"),
+]  # fmt: skip
+
+
 def check_kl_k3(fn: Callable, seed: int | None = None) -> None:
     _run_all(
-        "kl_k3", fn, [(fn, case, package.kl_k3) for case in cases_for(KL_PUBLIC, kl_twins, seed)]
+        "kl_k3",
+        fn,
+        [(fn, case, package.kl_k3) for case in cases_for(KL_PUBLIC, kl_twins, seed)],
+        KL_MISTAKES,
     )
 
 

@@ -450,13 +450,27 @@ def parse_twins(seed: int) -> list[Case]:
     ]
 
 
+def _sign_dropped(text: str) -> Fraction | None:
+    """A mistake: the '-' matched, but the value returned without it."""
+    value = table_parse_number(text)
+    return None if value is None else abs(value)
+
+
+PARSE_MISTAKES = [
+    Mistake(_sign_dropped,
+            "the '-' was read but not applied: a number with a leading '-' is negative, "
+            "-(its digits' value)"),
+]  # fmt: skip
+
+
 def check_parse_number(fn: Callable, seed: int | None = None) -> None:
     """The table's examples and their twins; with the grader's ``seed``, fresh twins only.
 
     The security scan comes first."""
     check_no_evaluator(fn, "parse_number")
     cases = cases_for(PARSE_PUBLIC, parse_twins, seed)
-    run_cases(fn, "parse_number", cases, table_parse_number, compare=_same_number)
+    run_cases(fn, "parse_number", cases, table_parse_number, compare=_same_number,
+              mistakes=PARSE_MISTAKES)  # fmt: skip
 
 
 # --- exercise 2: accuracy_reward ----------------------------------------------------------------
