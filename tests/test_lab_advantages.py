@@ -209,7 +209,11 @@ def test_stub_gets_clear_feedback():
 def not_flattened(rewards, num_generations, scale_rewards="group", eps=1e-4):
     grouped = rewards.float().view(-1, num_generations)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
-    return centred / (grouped.std(dim=1, keepdim=True) + eps)  # forgot .flatten()
+    if scale_rewards == "group":
+        centred = centred / (grouped.std(dim=1, keepdim=True) + eps)
+    elif scale_rewards == "batch":
+        centred = centred / (rewards.float().std() + eps)
+    return centred  # forgot .flatten()
 
 
 def over_dim_0(rewards, num_generations, scale_rewards="group", eps=1e-4):

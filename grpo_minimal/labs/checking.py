@@ -211,21 +211,20 @@ def _explain_none(got: Any) -> str:
 
 def _diagnosed(mistakes: Sequence[Mistake], failed: Sequence[tuple[Case, Any, Any]],
                compare: Callable[[Any, Any], bool]) -> str | None:  # fmt: skip
-    """The hint of the first known mistake that gives what the learner got on every failing
-    ``(case, got, expected)`` (and not the expected value): one case alone may fit two mistakes
-    (a single row cannot tell a count over the row from a count down the batch)."""
-    for mistake in mistakes:
-        fits = True
-        for case, got, expected in failed:
-            try:
-                theirs = mistake.fn(*_clone(case.args), **_clone(case.kwargs))
-            except Exception:
-                fits = False
-                break
-            if not compare(got, theirs) or compare(theirs, expected):
-                fits = False
-                break
-        if fits and failed:
+    """The hint of the first known mistake that gives what the learner got (and not the
+    expected value) on every failing ``(case, got, expected)``. One case alone may fit a
+    mistake the learner did not make (a single row cannot tell a count along the row from a
+    count down the batch): a wrong name is worse than the case's own hint."""
+
+    def fits(mistake: Mistake, case: Case, got: Any, expected: Any) -> bool:
+        try:
+            theirs = mistake.fn(*_clone(case.args), **_clone(case.kwargs))
+        except Exception:
+            return False
+        return compare(got, theirs) and not compare(theirs, expected)
+
+    for mistake in mistakes if failed else ():
+        if all(fits(mistake, *one) for one in failed):
             return mistake.hint
     return None
 
@@ -243,8 +242,8 @@ def run_cases(
     The message details the first failing case and names the others. A case without
     ``expected`` is compared with ``reference(*args, **kwargs)``. Inputs are cloned for the
     learner's call, so a function that edits its input in place cannot change the expected value.
-    Wrong outputs that one of ``mistakes`` gives too, on every case the learner got wrong, are
-    told that mistake's hint.
+    Wrong outputs that one of ``mistakes`` gives too are told that mistake's hint
+    (``_diagnosed``).
     """
     require_function(fn, name)
     failures: list[CheckFailed | None] = []  # None: a wrong value, told below
