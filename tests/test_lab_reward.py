@@ -730,3 +730,19 @@ def test_a_dropped_sign_is_told_so(seed):
     """Its first failing case once told it only that "a leading '-' is allowed"."""
     message = assert_fails(checks.check_parse_number, parse_sign_read_not_applied, seed)
     assert "read but not applied" in message.split("  hint:", 1)[1], message
+
+
+def parse_no_leading_zero(text):
+    """Integers written [1-9][0-9]*: "0.1" and "007" are not read (None)."""
+    if not isinstance(text, str) or re.fullmatch(r"\s*-?0[0-9.,/]*\s*", text):
+        return None
+    return reference_parse(text)
+
+
+def test_a_wrong_none_is_not_called_a_stub_and_every_failing_case_is_named():
+    """None is one of parse_number's answers: a wrong None is not "the stub", and the check goes
+    on to name every case it fails (a stub's None stops at the first)."""
+    message = assert_fails(checks.check_parse_number, parse_no_leading_zero)
+    assert "stub" not in message and "also failing" in message, message
+    stub = assert_fails(checks.check_parse_number, lambda text: None)  # what `...` returns
+    assert "is the stub `...` still there?" in stub, stub

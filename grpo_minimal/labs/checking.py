@@ -236,6 +236,7 @@ def run_cases(
     reference: Callable | None = None,
     compare: Callable[[Any, Any], bool] = close,
     mistakes: Sequence[Mistake] = (),
+    none_is_an_answer: bool = False,
 ) -> None:
     """Call ``fn`` on every case; raise ``CheckFailed`` if any does not match.
 
@@ -243,12 +244,15 @@ def run_cases(
     ``expected`` is compared with ``reference(*args, **kwargs)``. Inputs are cloned for the
     learner's call, so a function that edits its input in place cannot change the expected value.
     Wrong outputs that one of ``mistakes`` gives too are told that mistake's hint
-    (``_diagnosed``).
+    (``_diagnosed``). A ``None`` returned is taken for a stub (one case told, "is the stub still
+    there?"); where ``none_is_an_answer`` (``parse_number`` answers None for a non-number), only a
+    function that returned None for every case is.
     """
     require_function(fn, name)
     failures: list[CheckFailed | None] = []  # None: a wrong value, told below
     names: list[str] = []
     wrong: list[tuple[Case, Any, Any]] = []  # (case, got, expected) where a value came back
+    answers: list[Any] = []
     for case in cases:
         expected = case.expected
         if expected is None:
@@ -261,19 +265,22 @@ def run_cases(
             )
             names.append(case.name)
             continue
+        answers.append(got)
         if not compare(got, expected):
             wrong.append((case, got, expected))
             names.append(case.name)
             failures.append(None)  # made below, once every case has been seen
-            if got is None or got is Ellipsis:
+            if got is Ellipsis or (got is None and not none_is_an_answer):
                 break  # a stub, or nothing returned: every other case would say the same
     hint = _diagnosed(mistakes, wrong, compare) if mistakes else None
     made = iter(wrong)
     for index, failed in enumerate(failures):
         if failed is None:
             case, got, expected = next(made)
+            always_none = all(answer is None for answer in answers)
+            stub = "" if none_is_an_answer and not always_none else _explain_none(got)
             failures[index] = failure(case, case.describe_input(), expected, got,
-                                      hint or case.hint + _explain_none(got))  # fmt: skip
+                                      hint or case.hint + stub)  # fmt: skip
     raise_first(failures, names)
 
 

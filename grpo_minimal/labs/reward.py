@@ -470,7 +470,7 @@ def check_parse_number(fn: Callable, seed: int | None = None) -> None:
     check_no_evaluator(fn, "parse_number")
     cases = cases_for(PARSE_PUBLIC, parse_twins, seed)
     run_cases(fn, "parse_number", cases, table_parse_number, compare=_same_number,
-              mistakes=PARSE_MISTAKES)  # fmt: skip
+              mistakes=PARSE_MISTAKES, none_is_an_answer=True)  # fmt: skip
 
 
 # --- exercise 2: accuracy_reward ----------------------------------------------------------------
