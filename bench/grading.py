@@ -4,13 +4,17 @@
     .venv/bin/python bench/grading.py --learners 2         # a smaller class: per-lab seconds
 
 Every lab is built fresh (a random secret). Each learner hands in every lab, and each
-submission is one of four kinds, in turn across learners and labs: **right** (the lab's solution
+submission is one of five kinds, in turn across learners and labs: **right** (the lab's solution
 notebook), **wrong** (the student notebook as handed out: every exercise unanswered), **malformed**
-(a truncated file) and **hostile** (the solution, after a first cell that starts a process in a
-new session, forks once more, and tries to delete the class folder and rewrite the graders).
+(a truncated file), **hostile** (the solution, after a first cell that starts a process in a
+new session, forks once more, and tries to delete the class folder and rewrite the graders) and
+**tampering** (the unanswered notebook, after a first cell that replaces every check of the
+labs, the checks' ``run_cases`` and otter's scoring in its kernel).
 
 The script checks every row (right: full points; wrong: 0 of the lab's points; malformed: a row
-with its problem; hostile: full points and nothing harmed), that no submitted file or zip
+with its problem; hostile: full points and nothing harmed; tampering: 0 points where the checks
+run outside the kernel, ``JUDGED_APART``; what the tampering scores in labs 05 and 06, whose
+checks otter still runs in the kernel, is reported, not hidden), that no submitted file or zip
 changed, and that nothing is left behind (no process of a sandbox user, no scratch folder), then
 writes the figures to ``bench/results/grading.json``: seconds in all, submissions per minute, and
 each lab's mean seconds over its right and hostile submissions (the fully graded ones). With
@@ -37,10 +41,11 @@ import psutil
 from grpo_minimal.instructor import sandbox
 from grpo_minimal.instructor.build import build_labs
 from grpo_minimal.instructor.classroom import grade_folder
+from grpo_minimal.instructor.grading import JUDGED_APART
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench/results/grading.json"
-KINDS = ("right", "wrong", "malformed", "hostile")
+KINDS = ("right", "wrong", "malformed", "hostile", "tampering")
 CLASS_SIZE = 30
 
 
@@ -60,7 +65,25 @@ def _hostile_cell(folder: Path, grader: Path) -> dict:
         "    except OSError:\n"
         "        pass\n"
     )  # fmt: skip
-    return {"cell_type": "code", "execution_count": None, "id": "hostile", "metadata": {},
+    return _cell("hostile", source)
+
+
+TAMPERING = (
+    "import importlib, pkgutil\n"
+    "import grpo_minimal.labs as labs, grpo_minimal.labs.checking as checking\n"
+    "for info in pkgutil.iter_modules(labs.__path__):\n"
+    "    module = importlib.import_module('grpo_minimal.labs.' + info.name)\n"
+    "    for name in [n for n in dir(module) if n.startswith('check_')]:\n"
+    "        setattr(module, name, lambda *a, **k: None)\n"
+    "checking.run_cases = checking.raise_first = lambda *a, **k: None\n"
+    "import otter.test_files.abstract_test as abstract\n"
+    "abstract.TestFile.score = property(lambda self: self.possible)\n"
+    "abstract.TestFile.passed_all = property(lambda self: True)\n"
+)
+
+
+def _cell(name: str, source: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "id": name, "metadata": {},
             "outputs": [], "source": source}  # fmt: skip
 
 
@@ -79,9 +102,13 @@ def make_class(folder: Path, built: Path, names: list[str], learners: int) -> di
                 shutil.copy(built / "student" / f"{lab}.ipynb", path)
             elif kind == "malformed":
                 path.write_text(solution.read_text()[:500])
-            else:
+            elif kind == "hostile":
                 notebook = json.loads(solution.read_text())
                 notebook["cells"].insert(1, _hostile_cell(folder, built / "grader"))
+                path.write_text(json.dumps(notebook))
+            else:
+                notebook = json.loads((built / "student" / f"{lab}.ipynb").read_text())
+                notebook["cells"].insert(1, _cell("tampering", TAMPERING))
                 path.write_text(json.dumps(notebook))
             kinds[path.name] = kind
     return kinds
@@ -89,9 +116,11 @@ def make_class(folder: Path, built: Path, names: list[str], learners: int) -> di
 
 def verdict(row: dict, kind: str) -> bool:
     total, possible = float(row["total"]), float(row["possible"])
+    if kind == "tampering" and row["lab"] not in JUDGED_APART:
+        return True  # a known hole (the instructor guide); its points are reported apart
     if kind in ("right", "hostile"):
         return possible > 0 and total == possible and not row["problem"]
-    if kind == "wrong":
+    if kind in ("wrong", "tampering"):
         return possible > 0 and total == 0
     return bool(row["problem"])  # malformed
 
@@ -153,6 +182,11 @@ def main() -> None:
         "submissions_per_minute": round(60 * len(rows) / seconds, 2),
         "mean_seconds_per_solved_submission_by_lab": per_lab,
         "rows_right": len(rows) - len(wrong_rows),
+        "tampering_points_by_lab": {  # 0 where judged apart; labs 05, 06: the known hole
+            lab: [float(r["total"]) for r in rows
+                  if r["lab"] == lab and kinds[r["notebook"]] == "tampering"]
+            for lab in names
+        },  # fmt: skip
         "rows_wrong": wrong_rows,
         "submitted_files_and_zips_unchanged": unchanged,
         "left_behind": left,
