@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import sys
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -237,7 +238,8 @@ class Kernel:
         except Exception as error:  # a dead kernel, a time-out of nbclient's
             return f"{type(error).__name__}: {str(error)[:200]}"
         finally:
-            cells.remove(cell)
+            if cells and cells[-1] is cell:
+                cells.pop()
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
                 return f"{output.get('ename')}: {str(output.get('evalue'))[:200]}"
@@ -265,7 +267,8 @@ class Kernel:
         ``RemoteFunction``) or value; a name the notebook did not define is left out."""
         try:
             described = self.ask({"op": "describe", "names": names})
-        except KernelGone:
+        except KernelGone as error:  # every check then fails; the instructor's file says why
+            print(f"grading: {error}", file=sys.stderr)
             return {}
         env: dict[str, Any] = {}
         for name in names:
