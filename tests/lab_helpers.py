@@ -41,6 +41,12 @@ def assert_fails(check: Callable, fn: Callable, seed: int | None = None) -> str:
     return message
 
 
+def assert_told(check: Callable, fn: Callable, hint: str, seed: int | None = None) -> None:
+    """The check rejects ``fn`` with a hint holding ``hint`` (the mistake made, named)."""
+    message = assert_fails(check, fn, seed)
+    assert hint in message.split("  hint:", 1)[1], message
+
+
 def assert_caught_publicly(check: Callable, fn: Callable) -> str:
     """``lab check`` rejects the mistake, and grading rejects it too (no lost point unexplained)."""
     message = assert_fails(check, fn)
