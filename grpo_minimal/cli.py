@@ -220,10 +220,11 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
     cfg, model, tokenizer, train_rows, eval_rows = prepared
     out = Path(args.out)
     if args.backend == "trl":
-        from .trl_bridge import is_main_process, train_math_trl, world_size
+        from .trl_bridge import end_process_group, is_main_process, train_math_trl, world_size
 
         trainer, history = train_math_trl(cfg, model, tokenizer, train_rows, eval_rows, out,
                                           progress=not args.no_progress, **args.trl_overrides)  # fmt: skip
+        end_process_group()  # every rank, before rank 1 leaves (see its docstring)
         if not is_main_process():
             return None  # rank 0 alone writes the files and prints the summary
         processes = trainer.accelerator.num_processes

@@ -54,6 +54,18 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def end_process_group() -> None:
+    """Every rank, once training is done: wait for the others, then destroy the process group.
+    A rank that exits with its gloo group alive can abort at interpreter shutdown ("terminate
+    called without an active exception", SIGABRT: a gloo worker thread still holds work; see
+    pytorch/pytorch#190489). It did, once, in this project's CI, failing a finished run."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def per_device_batch_size(cfg: MathConfig, processes: int) -> int:
     """Completions in one micro-batch of one process. TRL's ``generation_batch_size`` is global
     (all processes): each step's ``prompts_per_step * num_generations`` completions are split
