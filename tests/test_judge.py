@@ -115,6 +115,27 @@ def test_a_notebook_cannot_change_its_own_score(labs, tmp_path, monkeypatch):
     assert all(score == possible for score, possible, _ in in_kernel.values()), in_kernel
 
 
+def test_a_kernel_that_stops_fails_its_checks_with_the_reason(labs, tmp_path):
+    """A learner's function that ends its kernel: called by a check, that exercise and the ones
+    judged after it fail saying the kernel stopped (not "define the function"); called by the
+    notebook itself, the cell that ran it is listed as the one that raised, and every check
+    says the kernel stopped. Either way the notebook gets a row, not a failed grading."""
+    student = labs / "student" / "01_advantages.ipynb"
+    exits = ("import os\ndef group_advantages(rewards, num_generations, scale_rewards='group', "
+             "eps=1e-4):\n    os._exit(0)")  # fmt: skip
+    quiet = {0: exits, 2: "advantage_population = advantage_sample = 0.0"}
+    by_check = filled_lab(student, {**PACKAGE_ANSWERS_01, **quiet}, tmp_path / "a.ipynb")
+    scores = _scores(by_check, labs / "grader")
+    assert "KernelGone" in scores["group_advantages"][2][0], scores
+    for name in ("group_advantages", "rloo_advantages"):  # rloo is judged after group
+        assert scores[name][0] == 0 and "define" not in scores[name][2][0], scores
+        assert "kernel" in scores[name][2][0], scores
+    by_notebook = filled_lab(student, {**PACKAGE_ANSWERS_01, 0: exits}, tmp_path / "b.ipynb")
+    exercises, _, errors = grading.grade_notebook_file(by_notebook, labs / "grader")
+    assert errors[-1]["error"] == "DeadKernelError: the kernel died while this cell ran", errors
+    assert all(e.score == 0 and "kernel has stopped" in e.failures[0] for e in exercises)
+
+
 def test_what_the_kernel_sends_back_is_decoded_as_data():
     assert decode({"__grpo__": "ellipsis"}) is Ellipsis
     assert decode({"__grpo__": "fraction", "n": -7, "d": 2}) == Fraction(-7, 2)

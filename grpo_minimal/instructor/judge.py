@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-import sys
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -267,9 +266,8 @@ class Kernel:
         ``RemoteFunction``) or value; a name the notebook did not define is left out."""
         try:
             described = self.ask({"op": "describe", "names": names})
-        except KernelGone as error:  # every check then fails; the instructor's file says why
-            print(f"grading: {error}", file=sys.stderr)
-            return {}
+        except KernelGone as error:  # every check of these names fails, saying why
+            return {name: Unanswered(str(error)) for name in names}
         env: dict[str, Any] = {}
         for name in names:
             kind = described.get(name)
@@ -280,6 +278,20 @@ class Kernel:
             elif kind[0] == "value" and len(kind) == 2:
                 env[name] = decode(kind[1])
         return env
+
+
+class Unanswered:
+    """What a name stands for once the kernel has stopped: called, it raises ``KernelGone``;
+    shown, it says so (a check then fails with the reason, not with "define this function")."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"({self.reason})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise KernelGone(self.reason)
 
 
 class RemoteFunction(InKernel):
@@ -342,6 +354,7 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int) 
     """
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
     from otter.test_files import ExceptionTestFile
 
     from grpo_minimal.labs import checking
@@ -356,7 +369,13 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int) 
     reports: list[str] = []
     with client.setup_kernel(), tempfile.TemporaryDirectory(prefix="lab-judge-") as exchange:
         for index, cell in _graded_cells(executed):
-            client.execute_cell(cell, index)
+            try:
+                client.execute_cell(cell, index)
+            except DeadKernelError:  # the notebook ended its kernel: the checks say so
+                cell.setdefault("outputs", []).append(nbformat.v4.new_output(
+                    "error", ename="DeadKernelError", evalue="the kernel died while this cell ran",
+                    traceback=[]))  # fmt: skip
+                break
         kernel = Kernel(client, Path(exchange))
         saved, checking.REPORTS = checking.REPORTS, reports
         try:
