@@ -318,7 +318,9 @@ class RemoteFunction(InKernel):
         answer = self.kernel.ask({**request, "name": self.__name__, "args": args,
                                   "kwargs": kwargs})  # fmt: skip
         _write_back(list(args), decode(answer.get("args")))
-        _write_back(kwargs, {**kwargs, **(decode(answer.get("kwargs")) or {})})
+        after = decode(answer.get("kwargs"))
+        after = after if isinstance(after, dict) else {}
+        _write_back(list(kwargs.values()), [after.get(key, kwargs[key]) for key in kwargs])
         if "raised" in answer and isinstance(answer["raised"], dict):
             raised = answer["raised"]
             types = [str(t) for t in raised.get("types", [])] or ["Exception"]
