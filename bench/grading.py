@@ -12,9 +12,9 @@ new session, forks once more, and tries to delete the class folder and rewrite t
 labs, the checks' ``run_cases`` and otter's scoring in its kernel).
 
 The script checks every row (right: full points; wrong: 0 of the lab's points; malformed: a row
-with its problem; hostile: full points and nothing harmed; tampering: 0 points where the checks
-run outside the kernel, ``JUDGED_APART``; what the tampering scores in labs 05 and 06, whose
-checks otter still runs in the kernel, is reported, not hidden), that no submitted file or zip
+with its problem; hostile: full points and nothing harmed; tampering: 0 points, every lab's
+checks running outside the kernel, ``JUDGED_APART``; what it scores is also reported per lab),
+that no submitted file or zip
 changed, and that nothing is left behind (no process of a sandbox user, no scratch folder), then
 writes the figures to ``bench/results/grading.json``: seconds in all, submissions per minute, and
 each lab's mean seconds over its right and hostile submissions (the fully graded ones). With
@@ -182,7 +182,7 @@ def main() -> None:
         "submissions_per_minute": round(60 * len(rows) / seconds, 2),
         "mean_seconds_per_solved_submission_by_lab": per_lab,
         "rows_right": len(rows) - len(wrong_rows),
-        "tampering_points_by_lab": {  # 0 where judged apart; labs 05, 06: the known hole
+        "tampering_points_by_lab": {  # 0 where judged apart (every lab)
             lab: [float(r["total"]) for r in rows
                   if r["lab"] == lab and kinds[r["notebook"]] == "tampering"]
             for lab in names

@@ -69,10 +69,54 @@ MISTAKES = {  # per lab: answers holding the mistakes that travel differently be
 }
 
 
+STEP_TWICE = (  # lab 06's step sampling twice; it refuses the training run's batches (more
+    # than the checks' 2 problems) so that the training check fails at once, not after a run
+    "from grpo_minimal.lm_grpo import LMGRPOTrainer\n"
+    "def step(self, rows):\n"
+    "    if len(rows) > 2:\n"
+    "        raise ValueError('only the checks\\' batches')\n"
+    "    self.sample(rows)\n"
+    "    return LMGRPOTrainer.step(self, rows)"
+)
+MISTAKES_06 = {  # instruments that stay in the judge: the sampler counts the step's calls there
+    0: "from grpo_minimal.completions import mask_after_eos as package\n"
+    "def mask_after_eos(completion_ids, eos_ids):\n"
+    "    return package(completion_ids, eos_ids) * (completion_ids != eos_ids[0])",
+    1: "from grpo_minimal.lm_grpo import completion_logps as package\n"
+    "def completion_logps(model, rollout, temperature=1.0, with_entropy=False, "
+    "share_prompts=True):\n"
+    "    return package(model, rollout, 1.0, with_entropy, share_prompts)",
+    2: STEP_TWICE,
+}
+TAMPERING_05 = (  # lab 05's instruments forged in the kernel, then its checks and otter's scoring
+    "import grpo_minimal.labs.bugs as bug_checks\n"
+    "def _counted_once(self, prompts, num_return_sequences=1):\n"
+    "    out = bug_checks.ToyPolicy.generate(self, prompts, num_return_sequences)\n"
+    "    self.calls[:] = [(prompts, num_return_sequences)]\n"
+    "    return out\n"
+    "bug_checks.CountingPolicy.generate = _counted_once\n"
+    + TAMPERING.replace("advantages as checks", "bugs as checks").replace(
+        "checks.check_group_advantages = checks.check_rloo_advantages = lambda *a, **k: None\n"
+        "checks.check_std_question = lambda *a, **k: None\n",
+        "for name in dir(checks):\n"
+        "    if name.startswith('check_'):\n"
+        "        setattr(checks, name, lambda *a, **k: None)\n",
+    )
+)
+TAMPERING_06 = (  # lab 06's sampler and training run forged in the kernel
+    "import grpo_minimal.labs.llm_step as step_checks\n"
+    "step_checks._FixedSampler.__call__ = lambda self, rows: (\n"
+    "    setattr(self, 'calls', 1) or step_checks.copy.deepcopy(self.first))\n"
+    "_shipped, _ = step_checks.tiny_model()\n"
+    "step_checks.train_with_step = lambda step, cfg=None, progress=False: step_checks.TrainingRun(\n"
+    "    cfg, 0.0, 1.0, [1.0], [], 0.0, _shipped.state_dict())\n"
+)
+
+
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory):
     out = tmp_path_factory.mktemp("judged-labs")
-    for lab in MISTAKES:
+    for lab in [*MISTAKES, "05_find_the_bugs", "06_llm_step"]:
         build_labs(ROOT / "instructor/labs", out / "student", out / "grader", only=lab,
                    seed=GRADER_SECRET)  # fmt: skip
     return out
@@ -113,6 +157,38 @@ def test_a_notebook_cannot_change_its_own_score(labs, tmp_path, monkeypatch):
     monkeypatch.setattr(grading, "JUDGED_APART", frozenset())
     in_kernel = _scores(sly, labs / "grader")
     assert all(score == possible for score, possible, _ in in_kernel.values()), in_kernel
+
+
+def test_the_check_instruments_stay_in_the_judge(labs, tmp_path, monkeypatch):
+    """Labs 05 and 06 lend the learner's functions a policy that counts its ``generate`` calls, a
+    reward that records what it scored, a sampler that counts the step's calls: judged apart they
+    stay in the judge, and the scores are otter's in the kernel (lab 05 as shipped, all five of
+    the seeds' bugs; lab 06 with three mistakes, one of them sampling twice). A notebook that
+    forges those instruments in its kernel (a policy that records one call whatever it was asked,
+    a sampler that says once, a training run with made-up accuracies), and replaces the checks
+    and otter's scoring, scores as it does without the forgery."""
+    student = labs / "student"
+    shipped_05 = student / "05_find_the_bugs.ipynb"
+    plain_06 = filled_lab(student / "06_llm_step.ipynb", MISTAKES_06, tmp_path / "06.ipynb")
+    apart = {lab: _scores(nb, labs / "grader") for lab, nb in
+             (("05", shipped_05), ("06", plain_06))}  # fmt: skip
+    assert all(score == 0 for score, _, _ in apart["05"].values()), apart["05"]
+    assert "got:      8" in apart["05"]["sample_group"][2][0]  # counted in the judge
+    assert "called 2 times" in apart["06"]["step"][2][0], apart["06"]["step"]
+    assert [name for name, (score, possible, _) in apart["06"].items() if score < possible] == [
+        "completion_logps", "mask_after_eos", "step", "training"]  # fmt: skip
+    for lab, notebook, forgery, cell in (
+        ("05", shipped_05, TAMPERING_05, 1),
+        ("06", plain_06, TAMPERING_06 + TAMPERING, 2),
+    ):
+        (tmp_path / lab).mkdir()
+        answers = {cell: (MISTAKES_06[2] + "\n" if lab == "06" else "") + forgery}
+        sly = filled_lab(notebook, answers, tmp_path / lab / notebook.name)
+        forged = {name: score[:2] for name, score in _scores(sly, labs / "grader").items()}
+        assert forged == {name: score[:2] for name, score in apart[lab].items()}, lab
+    monkeypatch.setattr(grading, "JUDGED_APART", frozenset())
+    for lab, notebook in (("05", shipped_05), ("06", plain_06)):
+        assert _scores(notebook, labs / "grader") == apart[lab], lab
 
 
 def test_a_kernel_that_stops_fails_its_checks_with_the_reason(labs, tmp_path):

@@ -156,12 +156,12 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
 
 
 JUDGED_APART = frozenset(
-    {"01_advantages", "02_returns", "03_objective", "04_reward", "07_capstone"}
-)
+    {"01_advantages", "02_returns", "03_objective", "04_reward", "05_find_the_bugs",
+     "06_llm_step", "07_capstone"}
+)  # fmt: skip
 """Labs whose checks run outside the learner's kernel (``judge.py``): no notebook of theirs can
-change its own score. Labs 05 and 06 hand the learner's functions models, optimizers and
-callbacks, which do not travel between processes as data: otter still checks them in the
-kernel (a hole the instructor guide names)."""
+change its own score. (Every lab now; otter's in-kernel checking stays for a lab added without
+judging, and for ``lab check``, where a learner checks their own work.)"""
 
 
 def lab_tests(autograder: Path) -> dict[str, str]:

@@ -11,6 +11,12 @@ runs there, and what it returned comes back as data (tensors, numbers, strings, 
 values, comparisons and points stay in the judge. Whatever the kernel sends back is the
 learner's answer: a right answer scores, anything else does not.
 
+What a check measures about the learner's code rather than receives from it (how many times it
+called ``generate`` or ``self.sample``, which completions it scored) is measured here: such an
+instrument (its class lists the ``JUDGE_METHODS`` a kernel may call) stays in the judge, the
+learner's function gets a stand-in, and each call of the stand-in comes back to the judge as a
+request (its arguments as data) while the kernel waits for the answer.
+
 The hidden tests (and the lab's seed in them) reach the judge on its stdin and are never written
 where the kernel can read them.
 """
@@ -19,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import re
 import tempfile
+import threading
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -30,43 +38,104 @@ import torch
 from grpo_minimal.labs.checking import InKernel
 
 KERNEL_CODE = r'''
+def __grpo_encode__(x, depth=0):
+    """A value as data the judge loads with ``torch.load(weights_only=True)``."""
+    import dataclasses, fractions, torch
+    if depth > 30:
+        return {"__grpo__": "opaque", "type": type(x).__name__, "repr": "(too deeply nested)"}
+    if x is None or type(x) in (bool, int, float, str):
+        return x
+    if x is Ellipsis:
+        return {"__grpo__": "ellipsis"}
+    if isinstance(x, fractions.Fraction):
+        return {"__grpo__": "fraction", "n": int(x.numerator), "d": int(x.denominator)}
+    for kind in (bool, int, float, str):  # numpy's float64, an int subclass, ...
+        if isinstance(x, kind):
+            return kind(x)
+    if isinstance(x, torch.nn.Module):
+        state = {k: v.detach().clone() for k, v in x.state_dict().items()}
+        return {"__grpo__": "module", "state": state}
+    if isinstance(x, torch.Tensor):
+        return torch.Tensor(x.detach().clone()) if type(x) is not torch.Tensor else x.detach().clone()
+    if isinstance(x, (list, tuple)):
+        items = [__grpo_encode__(v, depth + 1) for v in x]
+        return items if isinstance(x, list) else tuple(items)
+    if isinstance(x, dict) and all(type(k) in (str, int) for k in x):
+        return {k: __grpo_encode__(v, depth + 1) for k, v in x.items()}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        kind = type(x)
+        return {"__grpo__": "dataclass", "type": f"{kind.__module__}.{kind.__qualname__}",
+                "fields": {f.name: __grpo_encode__(getattr(x, f.name), depth + 1)
+                           for f in dataclasses.fields(x)}}
+    try:
+        text = repr(x)[:300]
+    except Exception:
+        text = "?"
+    return {"__grpo__": "opaque", "type": type(x).__name__, "repr": text}
+
+
+class __GrpoInstrument__:
+    """A check's instrument (a policy that counts its generate calls, a reward that records what
+    it scored) lent to the learner's function: it stays in the judge, which counts; each call of
+    one of its ``methods`` here is a request to the judge, answered through the exchange folder."""
+
+    def __init__(self, folder, key, kind, methods):
+        self._where = (folder, key, kind, tuple(methods))
+
+    def __getattr__(self, name):
+        folder, key, kind, methods = self.__dict__["_where"]
+        if name in methods and name != "__call__":
+            return lambda *args, **kwargs: self._ask(name, args, kwargs)
+        raise AttributeError(f"the check's {kind} offers {', '.join(methods)}, not {name!r}")
+
+    def __call__(self, *args, **kwargs):
+        if "__call__" not in self._where[3]:
+            raise TypeError(f"the check's {self._where[2]} is not callable")
+        return self._ask("__call__", args, kwargs)
+
+    def __repr__(self):
+        return f"<the check's {self._where[2]}>"
+
+    def _ask(self, method, args, kwargs):
+        import os, time, torch
+        folder, key, kind, methods = self._where
+        number = next(__grpo_calls__)
+        request, answer = f"{folder}/call-{number}.pt", f"{folder}/call-{number}.answer"
+        torch.save({"key": key, "method": method, "args": __grpo_encode__(list(args)),
+                    "kwargs": __grpo_encode__(dict(kwargs))}, request + ".tmp")
+        os.rename(request + ".tmp", request)
+        deadline, pause = time.monotonic() + 600, 0.0002
+        while not os.path.exists(answer):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the judge did not answer a call of the check's {kind}")
+            time.sleep(pause)
+            pause = min(2 * pause, 0.005)
+        result = torch.load(answer, weights_only=False)
+        os.unlink(answer)
+        if "raised" in result:
+            kind_name, message = result["raised"]
+            import builtins
+            error = getattr(builtins, kind_name, None)
+            if not (isinstance(error, type) and issubclass(error, Exception)):
+                error = RuntimeError
+            raise error(message)
+        return result["ok"]
+
+
+__grpo_calls__ = __import__("itertools").count(1)
+
+
 def __grpo_judge__(request_path, answer_path):
     """Defined in the learner's kernel after the notebook ran: answer one request of the judge."""
-    import dataclasses, fractions, importlib, torch
+    import importlib, torch
     from grpo_minimal.labs.checking import raised
 
-    def encode(x, depth=0):
-        if depth > 30:
-            return {"__grpo__": "opaque", "type": type(x).__name__, "repr": "(too deeply nested)"}
-        if x is None or type(x) in (bool, int, float, str):
-            return x
-        if x is Ellipsis:
-            return {"__grpo__": "ellipsis"}
-        if isinstance(x, fractions.Fraction):
-            return {"__grpo__": "fraction", "n": int(x.numerator), "d": int(x.denominator)}
-        for kind in (bool, int, float, str):  # numpy's float64, an int subclass, ...
-            if isinstance(x, kind):
-                return kind(x)
-        if isinstance(x, torch.nn.Module):
-            state = {k: v.detach().clone() for k, v in x.state_dict().items()}
-            return {"__grpo__": "module", "state": state}
-        if isinstance(x, torch.Tensor):
-            return torch.Tensor(x.detach().clone()) if type(x) is not torch.Tensor else x.detach().clone()
-        if isinstance(x, (list, tuple)):
-            items = [encode(v, depth + 1) for v in x]
-            return items if isinstance(x, list) else tuple(items)
-        if isinstance(x, dict) and all(type(k) in (str, int) for k in x):
-            return {k: encode(v, depth + 1) for k, v in x.items()}
-        if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            kind = type(x)
-            return {"__grpo__": "dataclass", "type": f"{kind.__module__}.{kind.__qualname__}",
-                    "fields": {f.name: encode(getattr(x, f.name), depth + 1)
-                               for f in dataclasses.fields(x)}}
-        try:
-            text = repr(x)[:300]
-        except Exception:
-            text = "?"
-        return {"__grpo__": "opaque", "type": type(x).__name__, "repr": text}
+    encode = __grpo_encode__
+
+    def lent(value):
+        if isinstance(value, dict) and "__grpo_instrument__" in value:
+            return __GrpoInstrument__(*value["__grpo_instrument__"])
+        return value
 
     def answer_of(call):
         try:
@@ -90,7 +159,8 @@ def __grpo_judge__(request_path, answer_path):
                 answer[name] = ("value", encode(value))
     else:
         fn = space.get(request["name"])
-        args, kwargs = request["args"], request["kwargs"]
+        args = [lent(value) for value in request["args"]]
+        kwargs = {key: lent(value) for key, value in request["kwargs"].items()}
         if request["op"] == "apply":
             module, name = request["helper"].split(":")
             helper = getattr(importlib.import_module(module), name)
@@ -156,9 +226,10 @@ class Weights:
 
 def _rebuildable() -> dict[str, type]:
     """The dataclasses a learner's function may return, rebuilt in the judge by name."""
+    from grpo_minimal.labs.bugs import Rollout
     from grpo_minimal.lm_train import MathConfig
 
-    return {f"{kind.__module__}.{kind.__qualname__}": kind for kind in (MathConfig,)}
+    return {f"{kind.__module__}.{kind.__qualname__}": kind for kind in (MathConfig, Rollout)}
 
 
 def decode(value: Any) -> Any:
@@ -223,7 +294,63 @@ class Kernel:
             self.folder / "judge-request.pt",
             self.folder / "judge-answer.pt",
         )
+        self.instruments: dict[str, Any] = {}
+        self._keys = itertools.count()
         self.alive = self._run(KERNEL_CODE) is None
+
+    def lend(self, value: Any) -> Any:
+        """An argument as it travels to the kernel: an instrument of a check (its class names the
+        ``JUDGE_METHODS`` the kernel may call) stays here, and the kernel gets a stand-in whose
+        calls come back to it; anything else goes as it is."""
+        methods = getattr(type(value), "JUDGE_METHODS", None)
+        if not methods:
+            return value
+        key = str(next(self._keys))  # never reused: a stand-in kept from an earlier call
+        self.instruments[key] = value  # reaches nothing once that call is over
+        return {"__grpo_instrument__": (str(self.folder), key, type(value).__name__, methods)}
+
+    def _serve(self, request: Path) -> None:
+        """Answer one call of an instrument: its arguments are data (``weights_only``), the
+        method one its class allows; what it returns or raises goes back to the kernel."""
+        try:
+            call = torch.load(request, weights_only=True)
+            target = self.instruments[str(call["key"])]
+            method = str(call["method"])
+            if method not in type(target).JUDGE_METHODS:
+                raise AttributeError(f"{type(target).__name__} offers no {method!r}")
+            args, kwargs = decode(call["args"]), decode(call["kwargs"])
+            answer = {"ok": getattr(target, method)(*args, **dict(kwargs))}
+        except Exception as error:  # the learner's call was wrong: they see why
+            answer = {"raised": (type(error).__name__, str(error)[:500])}
+        request.unlink(missing_ok=True)
+        reply = request.with_suffix(".answer")
+        torch.save(answer, reply.with_suffix(".tmp"))
+        reply.with_suffix(".tmp").rename(reply)
+
+    @contextlib.contextmanager
+    def _serving(self):
+        """While the kernel runs a request, a thread here answers its instruments' calls."""
+        if not self.instruments:
+            yield
+            return
+        done = threading.Event()
+
+        def serve() -> None:
+            pause = 0.0002  # short while the kernel calls, up to 20 ms while it computes
+            while not done.is_set():
+                requests = sorted(self.folder.glob("call-*.pt"))
+                for request in requests:
+                    self._serve(request)
+                pause = 0.0002 if requests else min(2 * pause, 0.02)
+                done.wait(pause)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def _run(self, source: str) -> str | None:
         """Run ``source`` in the kernel; None, or why it could not be run."""
@@ -249,7 +376,9 @@ class Kernel:
             raise KernelGone("the notebook's kernel has stopped")
         self._answer.unlink(missing_ok=True)
         torch.save(request, self._request)
-        problem = self._run(f"__grpo_judge__({str(self._request)!r}, {str(self._answer)!r})")
+        with self._serving():
+            problem = self._run(f"__grpo_judge__({str(self._request)!r}, {str(self._answer)!r})")
+        self.instruments.clear()
         if problem is not None and ("Dead" in problem or "Timeout" in problem):
             self.alive = False
         try:
@@ -315,8 +444,10 @@ class RemoteFunction(InKernel):
         return self._answer({"op": "apply", "helper": where}, args, kwargs)
 
     def _answer(self, request: dict, args: tuple, kwargs: dict) -> Any:
-        answer = self.kernel.ask({**request, "name": self.__name__, "args": args,
-                                  "kwargs": kwargs})  # fmt: skip
+        lend = self.kernel.lend
+        answer = self.kernel.ask({**request, "name": self.__name__,
+                                  "args": [lend(value) for value in args],
+                                  "kwargs": {key: lend(value) for key, value in kwargs.items()}})  # fmt: skip
         _write_back(list(args), decode(answer.get("args")))
         after = decode(answer.get("kwargs"))
         after = after if isinstance(after, dict) else {}

@@ -37,7 +37,9 @@ from grpo_minimal.device import torch_threads  # one thread: the toy's tensors a
 from grpo_minimal.labs import advantages as lab01_checks
 from grpo_minimal.labs.checking import (
     Case,
+    InKernel,
     Mistake,
+    beside,
     cases_for,
     close,
     draw_int,
@@ -335,7 +337,12 @@ def bind(fn: Callable, helpers: Mapping[str, Callable]) -> Callable:
 
 
 class CountingPolicy(ToyPolicy):
-    """A ToyPolicy that records every ``generate`` call: (prompts, num_return_sequences)."""
+    """A ToyPolicy that records every ``generate`` call: (prompts, num_return_sequences).
+
+    Judged apart (``instructor.judge``) it stays in the judge, which counts: the learner's
+    function gets a stand-in whose ``generate`` calls come back here (``JUDGE_METHODS``)."""
+
+    JUDGE_METHODS = ("generate",)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -347,7 +354,10 @@ class CountingPolicy(ToyPolicy):
 
 
 class RecordingReward:
-    """A deterministic reward function that keeps a copy of every batch it scored."""
+    """A deterministic reward function that keeps a copy of every batch it scored (in the
+    judge, when judged apart: ``JUDGE_METHODS``)."""
+
+    JUDGE_METHODS = ("__call__",)
 
     def __init__(self, reward_fn: RewardFn = sum_reward) -> None:
         self.reward_fn, self.scored = reward_fn, []
@@ -371,6 +381,34 @@ def _prompts(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.long)
 
 
+def _others(name: str) -> dict[str, Callable]:
+    return {k: v for k, v in REFERENCE_TRAINER.items() if k != name}
+
+
+def _bound_call(fn: Callable, name: str, *args: Any, **kwargs: Any) -> Any:
+    """Run where ``fn`` lives: ``fn`` bound to the reference trainer's other exercises, called."""
+    return bind(fn, _others(name))(*args, **kwargs)
+
+
+def _bound_apply(fn: Callable, name: str, helper: str, *args: Any, **kwargs: Any) -> Any:
+    """Run where ``fn`` lives: this module's ``helper`` applied to ``fn`` bound as above."""
+    return globals()[helper](bind(fn, _others(name)), *args, **kwargs)
+
+
+class _BoundInKernel(InKernel):
+    """A learner's function judged apart (``instructor.judge``), bound in its kernel as ``bind``
+    binds it here; ``beside(self, helper, ...)`` runs ``helper`` there too."""
+
+    def __init__(self, fn: InKernel, name: str) -> None:
+        self.fn, self.name = fn, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn.apply(_bound_call, self.name, *args, **kwargs)
+
+    def apply(self, helper: Callable, *args: Any, **kwargs: Any) -> Any:
+        return self.fn.apply(_bound_apply, self.name, helper.__name__, *args, **kwargs)
+
+
 def _measured(
     fn: Callable | None,
     name: str,
@@ -383,7 +421,10 @@ def _measured(
     the reference function unless the case gives one. Each of ``mistakes`` (a wrong version of
     the function) is probed the same way, for its hint."""
     require_function(fn, name)
-    learner = bind(fn, {k: v for k, v in helpers.items() if k != name})
+    if isinstance(fn, InKernel):
+        learner = _BoundInKernel(fn, name)
+    else:
+        learner = bind(fn, {k: v for k, v in helpers.items() if k != name})
     reference = REFERENCE_TRAINER[name]
 
     def probed(function: Callable) -> Callable:
@@ -764,9 +805,9 @@ def _probe_kl_penalty(fn: Callable, measure: str, *args):
         if isinstance(value, torch.Tensor):
             return value.item() if value.numel() == 1 else value.detach()
         return value
-    if measure == "gradient":
-        return _loss_gradient(fn, *args)
-    return _kl_pull(fn, *args)
+    if measure == "gradient":  # autograd through the learner's penalty: where it lives
+        return beside(fn, _loss_gradient, *args)
+    return beside(fn, _kl_pull, *args)
 
 
 def _rounded_list(values: torch.Tensor | list | float) -> list | float:
@@ -859,7 +900,12 @@ def check_kl_penalty(fn: Callable, seed: int | None = None) -> None:
 # Exercise 5: grpo_update (bug (a), seed 001 lines 107-110)
 
 
-def _probe_grpo_update(
+def _probe_grpo_update(fn: Callable, *args: Any) -> Any:
+    """``_update_and_measure`` where ``fn`` lives: it updates a policy with its optimizer."""
+    return beside(fn, _update_and_measure, *args)
+
+
+def _update_and_measure(
     fn: Callable,
     measure: str,
     num_iterations: int,

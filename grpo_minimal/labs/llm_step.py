@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import os
 import time
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from transformers import set_seed
@@ -47,7 +49,9 @@ from grpo_minimal.completions import mask_after_eos as package_mask_after_eos
 from grpo_minimal.data import load_train_eval_rows
 from grpo_minimal.labs.checking import (
     Case,
+    InKernel,
     Mistake,
+    beside,
     cases_for,
     draw_int,
     failure,
@@ -384,7 +388,9 @@ def _logps_view(fn: Callable) -> Callable:
 
     def view(model, rollout: CompletionGroups, temperature: float = 1.0, with_entropy: bool = False,
              share_prompts: bool = True, part: str = "values"):  # fmt: skip
-        out = fn(model, rollout, temperature, with_entropy, share_prompts)
+        out, carries_gradient = beside(
+            fn, _called_noting_gradient, model, rollout, temperature, with_entropy, share_prompts
+        )
         if out is None or out is Ellipsis:
             return out
         if not isinstance(out, tuple | list) or len(out) != 2:
@@ -396,7 +402,7 @@ def _logps_view(fn: Callable) -> Callable:
         if not isinstance(logps, torch.Tensor):
             raise TypeError(f"logps must be a tensor [N, C], got {type(logps).__name__}")
         if part == "requires_grad":
-            return bool(logps.requires_grad)
+            return carries_gradient
         padding = rollout.completion_mask == 0
         if logps.shape != padding.shape:
             return logps.detach()
@@ -408,6 +414,14 @@ def _logps_view(fn: Callable) -> Callable:
         return torch.stack([logps, entropy.detach().masked_fill(padding, 0.0)])
 
     return view
+
+
+def _called_noting_gradient(fn: Callable, *args: Any) -> tuple[Any, bool]:
+    """``fn(*args)``, and whether its first output carries a gradient: asked where ``fn`` runs
+    (its kernel, when judged apart; what comes back from there is detached data)."""
+    out = fn(*args)
+    first = out[0] if isinstance(out, tuple | list) and out else None
+    return out, bool(isinstance(first, torch.Tensor) and first.requires_grad)
 
 
 def _logps_close(got, expected) -> bool:
@@ -655,7 +669,10 @@ def _fixed_rollout(setup: StepSetup, temperature: float = 1.0, draw: int = 0) ->
 
 class _FixedSampler:
     """``trainer.sample`` in the checks: the fixed rollout, then another one at every later call
-    (sampling again draws other completions); counts the calls."""
+    (sampling again draws other completions); counts the calls (in the judge, when judged
+    apart: ``JUDGE_METHODS``)."""
+
+    JUDGE_METHODS = ("__call__",)
 
     def __init__(self, first: CompletionGroups, again: CompletionGroups) -> None:
         self.first, self.again, self.calls = first, again, 0
@@ -692,7 +709,7 @@ def _intact(policy, reference) -> bool:
 
 
 def step_trainer(
-    settings: tuple = (), setup: StepSetup = PUBLIC_SETUP
+    settings: tuple = (), setup: StepSetup = PUBLIC_SETUP, sampler: Callable | None = None
 ) -> tuple[LMGRPOTrainer, list[dict]]:
     """A trainer in the state every step check starts from, and its rows; ``sample`` returns one
     seeded rollout (so the learner's step and the package's see the same tokens) and, if called
@@ -709,9 +726,12 @@ def step_trainer(
     # config and the reference (the shipped model) that LMGRPOTrainer(cfg, ...) would hold
     trainer = LMGRPOTrainer(replace(cfg, beta=0.0), policy, tokenizer)
     trainer.cfg, trainer.reference = cfg, reference if cfg.beta > 0 else None
-    trainer.sample = _FixedSampler(_fixed_rollout(setup, cfg.temperature),
-                                   _fixed_rollout(setup, cfg.temperature, 1))  # fmt: skip
+    trainer.sample = _fixed_sampler(setup, cfg.temperature) if sampler is None else sampler
     return trainer, setup.dataset_rows()
+
+
+def _fixed_sampler(setup: StepSetup, temperature: float) -> _FixedSampler:
+    return _FixedSampler(_fixed_rollout(setup, temperature), _fixed_rollout(setup, temperature, 1))
 
 
 @dataclass
@@ -737,25 +757,36 @@ clipping norm, so a step that keeps it moves the compared gradient far off."""
 
 
 def _run_step(step: Callable, setup: StepSetup, settings: tuple) -> _StepRun:
+    """``step`` on a trainer in the checks' start state, where ``step`` lives; the sampler that
+    counts its calls stays here (the judge's, when judged apart)."""
+    others = tuple(kv for kv in settings if kv[0] != STALE_GRADIENTS)
+    sampler = _fixed_sampler(setup, MathConfig(**{**STEP_SETTINGS, **dict(others)}).temperature)
+    out, gradient, optimizer, error = None, None, (0.0, 0.0, 0), None
+    try:
+        out, gradient, optimizer = beside(step, _step_and_measure, setup, settings, sampler)
+    except Exception as raised_error:  # reported by every case of this run (run_cases)
+        error = raised_error
+    return _StepRun(out, error, gradient, optimizer, sampler.calls)
+
+
+def _step_and_measure(step: Callable, setup: StepSetup, settings: tuple, sampler: Callable):
+    """One ``step(trainer, rows)``: its return value, the compared gradient and (largest weight
+    change, learning rate after, steps counted). Runs where ``step`` lives."""
     stale = dict(settings).get(STALE_GRADIENTS, False)
-    trainer, rows = step_trainer(tuple(kv for kv in settings if kv[0] != STALE_GRADIENTS), setup)
+    others = tuple(kv for kv in settings if kv[0] != STALE_GRADIENTS)
+    trainer, rows = step_trainer(others, setup, sampler)
     if stale:
         for parameter in trainer.model.parameters():
             parameter.grad = torch.full_like(parameter, STALE_GRADIENT)
     before = [p.detach().clone() for p in trainer.model.parameters()]
-    out, error = None, None
-    try:
-        out = step(trainer, rows)
-    except Exception as raised_error:  # reported by every case of this run (run_cases)
-        error = raised_error
+    out = step(trainer, rows)
     grad = dict(trainer.model.named_parameters())[GRADIENT_OF].grad
     change = max(
         (p.detach() - b).abs().max().item()
         for p, b in zip(trainer.model.parameters(), before, strict=True)
     )
     optimizer = (change, trainer.scheduler.get_last_lr()[0], trainer.steps_done)
-    gradient = None if grad is None else grad.detach().clone()
-    return _StepRun(out, error, gradient, optimizer, trainer.sample.calls)
+    return out, None if grad is None else grad.detach().clone(), optimizer
 
 
 _PACKAGE_RUNS: dict[tuple, _StepRun] = {}
@@ -995,7 +1026,7 @@ def training_config(seed: int | None = None) -> MathConfig:
 @dataclass
 class TrainingRun:
     """Held-out greedy accuracy before and after, and per step: the sampled reward, the metrics
-    the step returned and its seconds."""
+    the step returned and its seconds; the trained weights."""
 
     cfg: MathConfig
     accuracy_before: float
@@ -1003,6 +1034,7 @@ class TrainingRun:
     rewards: list[float]
     metrics: list[dict]
     seconds: float
+    weights: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
     def rise(self) -> float:
@@ -1041,6 +1073,8 @@ def train_with_step(
     after. None when ``step`` returns nothing (not written yet). Runs are cached per ``step``
     (and the functions it calls) and ``cfg``: checking after the demo does not train twice."""
     cfg = training_config() if cfg is None else cfg
+    if isinstance(step, InKernel):
+        return _judged_training(step, cfg)
     key = (_fingerprint(step), tuple(sorted(cfg.to_dict().items())))
     if key not in _RUNS:
         _RUNS[key] = _train(step, cfg, progress)
@@ -1073,7 +1107,49 @@ def _train(step: Callable, cfg: MathConfig, progress: bool) -> TrainingRun | Non
             print(f"step {number:4d}/{cfg.max_steps}  {seconds:6.1f} s  sampled reward "
                   f"{sum(recent) / max(len(recent), 1):.2f} (mean of the last 25 steps)")  # fmt: skip
     after = evaluate_accuracy(trainer.model, tokenizer, eval_rows, cfg)[0]
-    return TrainingRun(cfg, before, after, rewards, metrics, seconds)
+    weights = {name: value.detach().clone() for name, value in trainer.model.state_dict().items()}
+    return TrainingRun(cfg, before, after, rewards, metrics, seconds, weights)
+
+
+def _trained(step: Callable, cfg: MathConfig) -> tuple[dict, list[float], float] | None:
+    """Run where ``step`` lives (its kernel): the run's weights, sampled rewards and seconds.
+    The notebook's own run with the same ``cfg`` is reused (``train_with_step``'s cache)."""
+    run = train_with_step(step, cfg)
+    return None if run is None else (run.weights, run.rewards, run.seconds)
+
+
+_HELD_OUT_ACCURACY: dict[tuple, float] = {}
+
+
+def _judged_training(step: InKernel, cfg: MathConfig) -> TrainingRun | None:
+    """The learner's run trains in their kernel; its weights come back as data and are scored
+    here, in a fresh model of the shipped architecture: no accuracy the kernel reports counts."""
+    trained = step.apply(_trained, cfg)
+    if trained is None:
+        return None
+    weights, rewards, seconds = trained
+    model, tokenizer = load_model(cfg.model, CPU)
+    before = _held_out_accuracy(model, tokenizer, cfg)
+    try:
+        model.load_state_dict(weights)
+    except Exception as error:  # not the tiny model's weights: the run's answer is unusable
+        why = str(error)[:200]
+        raise TypeError(f"the run's weights do not fit the tiny model: {why}") from None
+    after = _held_out_accuracy(model, tokenizer, cfg)
+    return TrainingRun(cfg, before, after, list(rewards), [], float(seconds), weights)
+
+
+def _held_out_accuracy(model, tokenizer, cfg: MathConfig) -> float:
+    """``evaluate_accuracy`` on ``cfg``'s held-out problems, once per weights and config: the
+    public and the hidden check score the same run."""
+    digest = hashlib.sha256()
+    for name, value in model.state_dict().items():
+        digest.update(name.encode() + value.detach().contiguous().numpy().tobytes())
+    key = (digest.hexdigest(), tuple(sorted(cfg.to_dict().items())))
+    if key not in _HELD_OUT_ACCURACY:
+        _, eval_rows = load_train_eval_rows(cfg.dataset, cfg.eval_split, cfg.eval_n)
+        _HELD_OUT_ACCURACY[key] = evaluate_accuracy(model, tokenizer, eval_rows, cfg)[0]
+    return _HELD_OUT_ACCURACY[key]
 
 
 TRAINING_SEEDS = {"public": 0, "graded": 1}
