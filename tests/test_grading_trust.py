@@ -113,7 +113,10 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
                 "    return population_std_advantages(rewards, num_generations)")  # fmt: skip
     filled_lab(student, wrong, folder / "w-wrong.ipynb")
     filled_lab(student, {**wrong, 0: wrong[0] + "\n" + TAMPERING}, folder / "h-tampers.ipynb")
-    filled_lab(student, {0: "while True:\n    pass"}, folder / "b-loops.ipynb")
+    # an endless loop that sleeps: the time limit stops it all the same, and it leaves the CPU
+    # to the other job (a busy one burnt TIMEOUT_S of CI's 2 cores for nothing)
+    filled_lab(student, {0: "import time\nwhile True:\n    time.sleep(0.1)"},
+               folder / "b-loops.ipynb")  # fmt: skip
     filled_lab(student, {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
                folder / "c-syntax.ipynb")  # fmt: skip
     shutil.copy(ROOT / "notebooks/01_group_relative_advantage.ipynb", folder / "d-not-a-lab.ipynb")
