@@ -158,8 +158,17 @@ def parse_bare_point(text):
     return reference_parse(text)
 
 
+def parse_refuses_the_cap(text):
+    """The digit cap off by one: exactly MAX_NUMBER_DIGITS digits refused (>= for >)."""
+    value = reference_parse(text)
+    if value is not None and sum(ch.isdigit() for ch in text) >= MAX_DIGITS:
+        return None
+    return value
+
+
 PARSE_WRONG = [
     (parse_plus_sign, "a plus sign", "the only sign"),
+    (parse_refuses_the_cap, f"exactly {MAX_DIGITS} digits", "not >="),
     (parse_bare_point, "a point with no digit before it", "digits on both sides"),
     (parse_via_float, "0.1 exactly", "never through float()"),
     (parse_float, "0.1 exactly", "never through float()"),
@@ -480,6 +489,14 @@ def _final_past_the_sentence(text):
     return values[0] if values and None not in values and len(set(values)) == 1 else None
 
 
+def reward_refuses_the_length_cap(completions, answer, **kwargs):
+    """The length cap off by one: a text of exactly MAX_COMPLETION_CHARS scores 0 (>= for >)."""
+    return reference_reward(
+        completions, answer,
+        final=lambda t: None if t is not None and len(t) >= MAX_CHARS else _final_answer(t),
+    )  # fmt: skip
+
+
 def reward_phrase_past_the_sentence(completions, answer, **kwargs):
     return reference_reward(completions, answer, final=_final_past_the_sentence)
 
@@ -502,6 +519,8 @@ ACCURACY_WRONG = [
     (reward_uses_eval, "no evaluator on model output", "model output is data"),
     (reward_eval_hidden_from_the_scan, "an expression is not evaluated", "never compute"),
     (reward_no_length_cap, "a right answer past the length cap", "check len(text) first"),
+    (reward_refuses_the_length_cap, "a right answer that ends exactly at the length cap",
+     "not >="),
     (reward_crashes_on_none, "None and other non-strings", "it never raises"),
     (reward_crashes_on_content_none, "a message whose content is None", "content can be None"),
     (reward_first_message, "the last message is scored", "the LAST one"),

@@ -272,6 +272,8 @@ _HINTS = {
     "(None); Fraction reads them, so check the text with your pattern first",
     "41 digits": f"more than MAX_NUMBER_DIGITS = {package_answers.MAX_NUMBER_DIGITS} digits is "
     "not a number (it bounds the cost of exact arithmetic): count the digits and return None",
+    "40 digits": f"exactly MAX_NUMBER_DIGITS = {package_answers.MAX_NUMBER_DIGITS} digits is still "
+    "a number: only MORE digits are refused (digits > MAX_NUMBER_DIGITS, not >=)",
     "4300 digits": "count the digits BEFORE calling Fraction: Fraction of a text with more than "
     "4,300 digits raises ValueError (Python's limit on int); return None",
     "not a string": "anything but a str: return None",
@@ -447,7 +449,13 @@ def parse_twins(seed: int) -> list[Case]:
         ),
         _parse("None is not a string", None, None, "not a string"),
         _parse("a number object", _int(g, 1, 99), None, "number object"),
+        _at_the_digits_cap(_digits(g, package_answers.MAX_NUMBER_DIGITS)),
     ]
+
+
+def _at_the_digits_cap(digits: str) -> Case:
+    return _parse(f"exactly {len(digits)} digits", digits, Fraction(int(digits)), "40 digits",
+                  show=_long(digits))  # fmt: skip
 
 
 def _sign_dropped(text: str) -> Fraction | None:
@@ -546,6 +554,8 @@ _REWARD_HINTS = {
     "raises ValueError)",
     "over the cap": f"longer than MAX_COMPLETION_CHARS = {MAX_CHARS:,} characters: 0.0 without "
     "reading it",
+    "at the cap": f"exactly MAX_COMPLETION_CHARS = {MAX_CHARS:,} characters is still read: only "
+    "LONGER texts score 0.0 unread (len(text) > MAX_COMPLETION_CHARS, not >=)",
     "right after the cap": f"longer than MAX_COMPLETION_CHARS = {MAX_CHARS:,} characters scores "
     "0.0 unread, even when right: check len(text) first",
     "answer then the cap": f"longer than MAX_COMPLETION_CHARS = {MAX_CHARS:,} characters scores "
@@ -957,7 +967,24 @@ def accuracy_twins(seed: int) -> list[Case]:
             [1.0, 0.0],
             "last message",
         ),
+        _at_the_length_cap(_int(g, 1, 999)),
     ]
+
+
+def _at_the_length_cap(gold: int) -> Case:
+    """A right box that ends a completion of exactly ``MAX_CHARS`` characters: it is read."""
+    box = _boxed(gold)
+    padding = MAX_CHARS - len(box)
+    text = (LONG_THINKING * (padding // len(LONG_THINKING) + 1))[:padding] + box
+    return _reward(
+        "a right answer that ends exactly at the length cap",
+        [text],
+        [gold],
+        [1.0],
+        "at the cap",
+        show=f"[{LONG_THINKING!r} * ... cut to {padding:,} characters + '\\boxed{{{gold}}}' "
+        f"({MAX_CHARS:,} characters in all)], ['{gold}']",
+    )
 
 
 def accuracy_error_twins(seed: int) -> list[Case]:
