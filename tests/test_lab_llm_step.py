@@ -267,6 +267,7 @@ def make_step(
     bias_correction=True,
     count=True,
     zero_grad=True,
+    clip_after_update=False,
 ):
     """LMGRPOTrainer.step for one micro-batch and one iteration, one switch per mistake."""
 
@@ -303,13 +304,15 @@ def make_step(
         if zero_grad:
             self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if clip:
-            max_norm = cfg.max_grad_norm
-            if zero_means_no_clip and max_norm == 0:
-                max_norm = float("inf")
+        max_norm = cfg.max_grad_norm
+        if zero_means_no_clip and max_norm == 0:
+            max_norm = float("inf")
+        if clip and not clip_after_update:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         if update:
             self.optimizer.step()
+        if clip and clip_after_update:  # too late: the update used the unclipped gradient
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         if schedule:
             self.scheduler.step()
         if count:
@@ -373,6 +376,11 @@ STEP_WRONG = {  # the mistake -> the case that details it, a piece of its hint
         "use_bias_correction_kl",
     ),
     "steps_not_counted": (make_step(count=False), f"{LESSON}: optimizer", "steps_done += 1"),
+    "clipped_after_the_update": (  # AdamW's first update is lr * sign(g): only SGD shows it
+        make_step(clip_after_update=True),
+        f"clipped to max_grad_norm=0.001, then {checks.PLAIN_SGD}: optimizer",
+        "BEFORE self.optimizer.step()",
+    ),
     "gradients_never_zeroed": (  # the check's trainer starts zeroed: only a stale start shows it
         make_step(zero_grad=False),
         f"{checks.STALE_GRADIENTS}: gradient",

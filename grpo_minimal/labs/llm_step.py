@@ -755,11 +755,30 @@ STALE_GRADIENT = 0.25
 """The stale gradient of every entry: its norm over the model's parameters is far above the
 clipping norm, so a step that keeps it moves the compared gradient far off."""
 
+PLAIN_SGD = "plain SGD (lr 1000) in place of AdamW"
+"""A step case's setting (not a ``MathConfig`` field): ``self.optimizer`` is SGD, whose update is
+the gradient it is given. AdamW's first update is lr * sign(g) whatever g's scale, so clipping
+after ``optimizer.step()`` (too late: the update has used the unclipped gradient) shows only with
+an optimizer that follows the gradient's size, and a clip that acts (a small max_grad_norm)."""
+
+SGD_RATE = 1000.0
+"""Its learning rate: the public case's clipped gradient (norm 1e-3) moves the largest weight by
+0.072 (measured), far above float32 rounding of the weights (1.2e-7 near 1), so the compared
+change holds to its 1e-4 relative tolerance; clipped after the update instead, the unclipped
+gradient moved it by 1,023 (measured)."""
+
+CASE_ONLY_SETTINGS = (STALE_GRADIENTS, PLAIN_SGD)
+
+
+def _config_settings(settings: tuple) -> tuple:
+    """The settings that are ``MathConfig`` fields (not the case's own: ``CASE_ONLY_SETTINGS``)."""
+    return tuple(kv for kv in settings if kv[0] not in CASE_ONLY_SETTINGS)
+
 
 def _run_step(step: Callable, setup: StepSetup, settings: tuple) -> _StepRun:
     """``step`` on a trainer in the checks' start state, where ``step`` lives; the sampler that
     counts its calls stays here (the judge's, when judged apart)."""
-    others = tuple(kv for kv in settings if kv[0] != STALE_GRADIENTS)
+    others = _config_settings(settings)
     sampler = _fixed_sampler(setup, MathConfig(**{**STEP_SETTINGS, **dict(others)}).temperature)
     out, gradient, optimizer, error = None, None, (0.0, 0.0, 0), None
     try:
@@ -772,12 +791,12 @@ def _run_step(step: Callable, setup: StepSetup, settings: tuple) -> _StepRun:
 def _step_and_measure(step: Callable, setup: StepSetup, settings: tuple, sampler: Callable):
     """One ``step(trainer, rows)``: its return value, the compared gradient and (largest weight
     change, learning rate after, steps counted). Runs where ``step`` lives."""
-    stale = dict(settings).get(STALE_GRADIENTS, False)
-    others = tuple(kv for kv in settings if kv[0] != STALE_GRADIENTS)
-    trainer, rows = step_trainer(others, setup, sampler)
-    if stale:
+    trainer, rows = step_trainer(_config_settings(settings), setup, sampler)
+    if dict(settings).get(STALE_GRADIENTS, False):
         for parameter in trainer.model.parameters():
             parameter.grad = torch.full_like(parameter, STALE_GRADIENT)
+    if dict(settings).get(PLAIN_SGD, False):
+        trainer.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=SGD_RATE)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     out = step(trainer, rows)
     grad = dict(trainer.model.named_parameters())[GRADIENT_OF].grad
@@ -873,6 +892,9 @@ _STEP_HINTS = {
     "gradient": "zero the old gradients, loss.backward(), then clip the global norm to "
     "cfg.max_grad_norm (torch.nn.utils.clip_grad_norm_); pi_old is pi detached (old_logps=None), "
     "the advantages' sign is the reward's, and the mask keeps each completion's EOS",
+    "clip": "clip the gradient (torch.nn.utils.clip_grad_norm_ to cfg.max_grad_norm) BEFORE "
+    "self.optimizer.step(): clipped after it, the update has already used the unclipped "
+    "gradient (AdamW's first update hides this: it is lr * sign(g) at any scale)",
     "optimizer": "after the backward pass: self.optimizer.step(), self.scheduler.step() (the "
     "learning rate falls linearly to 0 over max_steps), self.steps_done += 1",
 }
@@ -887,13 +909,13 @@ _TEMPERATURE_STEP_HINT = (
 def _step_case(name: str, part: str, settings: dict, hint: str = "",
                setup: StepSetup = PUBLIC_SETUP) -> Case:  # fmt: skip
     """A step case; a twin's name ends with its problems (the public cases' are STEP_ROWS)."""
-    text = ", ".join(f"{k}={v!r}" for k, v in settings.items() if k != STALE_GRADIENTS)
+    text = ", ".join(f"{k}={v!r}" for k, v in settings.items() if k not in CASE_ONLY_SETTINGS)
     text = (text or "the lab's defaults") + (
         f"; every parameter's .grad holds {STALE_GRADIENT} when the step starts (an earlier "
         "backward's)"
         if settings.get(STALE_GRADIENTS)
         else ""
-    )
+    ) + (f"; self.optimizer is torch.optim.SGD(lr={SGD_RATE:g})" if settings.get(PLAIN_SGD) else "")
     prompts = [prompt for prompt, _ in setup.rows]
     where = "" if setup == PUBLIC_SETUP else f", problems {' '.join(prompts)}"
     return Case(
@@ -911,6 +933,13 @@ def _stale_case(setup: StepSetup = PUBLIC_SETUP) -> Case:
     return replace(case, hint=_STEP_HINTS["stale"])
 
 
+def _clip_case(max_norm: float, setup: StepSetup = PUBLIC_SETUP) -> Case:
+    """A clip that acts, with an optimizer whose update follows the gradient's size."""
+    case = _step_case(f"clipped to max_grad_norm={max_norm:g}, then {PLAIN_SGD}", "optimizer",
+                      {"max_grad_norm": max_norm, PLAIN_SGD: True}, setup=setup)  # fmt: skip
+    return replace(case, hint=_STEP_HINTS["clip"])
+
+
 LESSON = "the lesson's settings (dapo, beta=0.04)"
 
 STEP_PUBLIC = [
@@ -920,6 +949,7 @@ STEP_PUBLIC = [
         for part in ("loss", "gradient")
     ),
     _stale_case(),
+    _clip_case(1e-3),
 ]
 
 
@@ -984,6 +1014,7 @@ def step_twins(seed: int) -> list[Case]:
         case(f"a {steps}-step schedule, learning_rate={rate}", "optimizer",
              {"max_steps": steps, "learning_rate": rate}),
         _stale_case(setup),
+        _clip_case(_pick(g, (1e-3, 2e-3, 5e-3)), setup),
     ]  # fmt: skip
 
 
