@@ -241,6 +241,21 @@ def filled_zeros_like(rewards, num_generations, scale_rewards="group", eps=1e-4)
     return out
 
 
+def no_keepdim(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    table = rewards.float().view(-1, num_generations)
+    centred = (table.T - table.mean(dim=1)).T  # a transpose instead of keepdim, one place only
+    if scale_rewards == "group":
+        centred = centred / (table.std(dim=1) + eps)  # [B/G] across the rows: keepdim missing
+    elif scale_rewards == "batch":
+        centred = centred / (rewards.float().std() + eps)
+    return centred.reshape(-1)
+
+
+def rloo_no_keepdim(rewards, num_generations):
+    grouped = rewards.float().view(-1, num_generations)
+    return (grouped - (grouped.sum(1) - grouped) / (num_generations - 1)).reshape(-1)
+
+
 def rloo_not_flattened(rewards, num_generations):
     grouped = rewards.float().view(-1, num_generations)
     return grouped - (grouped.sum(dim=1, keepdim=True) - grouped) / (num_generations - 1)
@@ -252,6 +267,8 @@ NAMED_MISTAKES = [
     (checks.check_group_advantages, batch_std_in_group_mode, "its OWN std"),
     (checks.check_group_advantages, filled_zeros_like, "advantages are floats"),
     (checks.check_rloo_advantages, rloo_not_flattened, "the shape is [B/G, G]"),
+    (checks.check_group_advantages, no_keepdim, "keepdim=True"),
+    (checks.check_rloo_advantages, rloo_no_keepdim, "keepdim=True"),
 ]
 
 

@@ -205,6 +205,24 @@ def _batch_std_for_groups(rewards, num_generations, scale_rewards="group", eps=1
     return centred.flatten()
 
 
+def _without_keepdim(rewards, num_generations, scale_rewards="group", eps=1e-4):
+    """A mistake: each group's mean and std as a [B/G] vector (no keepdim), which broadcasts
+    along the rows of the [B/G, G] view instead of down each one."""
+    grouped = rewards.float().view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1)
+    if scale_rewards == "group":
+        centred = centred / (grouped.std(dim=1) + eps)
+    elif scale_rewards == "batch":
+        centred = centred / (rewards.float().std() + eps)
+    return centred.flatten()
+
+
+def _rloo_without_keepdim(rewards, num_generations):
+    """A mistake: each group's sum as a [B/G] vector (no keepdim), broadcast along the rows."""
+    grouped = rewards.float().view(-1, num_generations)
+    return (grouped - (grouped.sum(dim=1) - grouped) / (num_generations - 1)).flatten()
+
+
 def _cast_back(rewards, num_generations, scale_rewards="group", eps=1e-4):
     """A mistake: the advantages cast back to the rewards' dtype (integers for int64)."""
     return package.group_advantages(rewards, num_generations, scale_rewards, eps).to(rewards.dtype)
@@ -213,6 +231,11 @@ def _cast_back(rewards, num_generations, scale_rewards="group", eps=1e-4):
 NOT_FLAT_HINT = (
     "the values are right but the shape is [B/G, G]: return one advantage per completion, flat "
     "[B] (.flatten() or .reshape(-1)), in the order of the rewards"
+)
+KEEPDIM_HINT = (
+    "keepdim=True: grouped.mean(dim=1) alone is a [B/G] vector, which broadcasts along each ROW "
+    "of the [B/G, G] view, across the groups (an error when B/G != G, wrong values when they "
+    "are equal); with keepdim=True it is a [B/G, 1] column, one value per group"
 )
 CAST_BACK_HINT = (
     "advantages are floats even for integer rewards: do not cast them back to rewards.dtype, "
@@ -236,6 +259,7 @@ GROUP_MISTAKES = [
         "with scale_rewards='group' each group is divided by its OWN std, grouped.std(dim=1, "
         "keepdim=True), not by the std of the whole batch",
     ),
+    Mistake(_without_keepdim, KEEPDIM_HINT),
     Mistake(_cast_back, CAST_BACK_HINT),
 ]  # fmt: skip
 
@@ -244,6 +268,7 @@ RLOO_MISTAKES = [
             .view(-1, num_generations), NOT_FLAT_HINT),
     Mistake(lambda rewards, num_generations: package.rloo_advantages(rewards, num_generations)
             .to(rewards.dtype), CAST_BACK_HINT),
+    Mistake(_rloo_without_keepdim, KEEPDIM_HINT.replace("mean(dim=1)", "sum(dim=1)")),
 ]  # fmt: skip
 
 

@@ -209,17 +209,33 @@ def _explain_none(got: Any) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class _Raised:
+    """What a learner's call raised, as a failing case's result: its type name, its message and
+    ``raised``'s text (with the learner's line)."""
+
+    kind: str
+    message: str
+    text: str
+
+    def matches(self, error: Exception) -> bool:
+        return type(error).__name__ == self.kind and str(error) == self.message
+
+
 def _diagnosed(mistakes: Sequence[Mistake], failed: Sequence[tuple[Case, Any, Any]],
                compare: Callable[[Any, Any], bool]) -> str | None:  # fmt: skip
     """The hint of the first known mistake that gives what the learner got (and not the
-    expected value) on every failing ``(case, got, expected)``. One case alone may fit a
-    mistake the learner did not make (a single row cannot tell a count along the row from a
-    count down the batch): a wrong name is worse than the case's own hint."""
+    expected value) on every failing ``(case, got, expected)``, raising the same error where the
+    learner's code raised. One case alone may fit a mistake the learner did not make (a single
+    row cannot tell a count along the row from a count down the batch): a wrong name is worse
+    than the case's own hint."""
 
     def fits(mistake: Mistake, case: Case, got: Any, expected: Any) -> bool:
         try:
             theirs = mistake.fn(*_clone(case.args), **_clone(case.kwargs))
-        except Exception:
+        except Exception as error:
+            return isinstance(got, _Raised) and got.matches(error)
+        if isinstance(got, _Raised):
             return False
         return compare(got, theirs) and not compare(theirs, expected)
 
@@ -260,10 +276,9 @@ def run_cases(
         try:
             got = fn(*_clone(case.args), **_clone(case.kwargs))
         except Exception as error:  # the learner's code raised: report it as this case's result
-            failures.append(
-                failure(case, case.describe_input(), expected, raised(error), case.hint)
-            )
+            wrong.append((case, _Raised(type(error).__name__, str(error), raised(error)), expected))
             names.append(case.name)
+            failures.append(None)
             continue
         answers.append(got)
         if not compare(got, expected):
@@ -277,6 +292,10 @@ def run_cases(
     for index, failed in enumerate(failures):
         if failed is None:
             case, got, expected = next(made)
+            if isinstance(got, _Raised):
+                failures[index] = failure(case, case.describe_input(), expected, got.text,
+                                          hint or case.hint)  # fmt: skip
+                continue
             always_none = all(answer is None for answer in answers)
             stub = "" if none_is_an_answer and not always_none else _explain_none(got)
             failures[index] = failure(case, case.describe_input(), expected, got,
