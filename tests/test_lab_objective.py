@@ -628,7 +628,41 @@ def k3_clamped(logps, ref_logps):
     return torch.exp(x) - x - 1
 
 
+def clip_higher_by_default(ratio, advantages, epsilon, epsilon_high=0.28):
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)  # DAPO's value as the default
+    return torch.min(ratio * advantages, clipped * advantages)
+
+
+def aggregate_item(per_token_loss, mask, loss_type="grpo", max_completion_length=None,
+                   num_items_in_batch=None):  # fmt: skip
+    mask = mask.to(per_token_loss.dtype)
+    if loss_type == "grpo":
+        loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif loss_type == "bnpo":
+        loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
+    elif loss_type == "dr_grpo":
+        width = max_completion_length or per_token_loss.shape[-1]
+        loss = (per_token_loss * mask).sum() / (per_token_loss.shape[0] * width)
+    elif loss_type == "dapo":
+        count = num_items_in_batch if num_items_in_batch is not None else mask.sum().clamp(min=1.0)
+        loss = (per_token_loss * mask).sum() / count
+    else:
+        raise ValueError(f"unknown loss_type {loss_type!r}")
+    return loss.item()  # a number to log: the gradient is gone
+
+
+def aggregate_over_the_width(per_token_loss, mask, loss_type="grpo", max_completion_length=None,
+                             num_items_in_batch=None):  # fmt: skip
+    """grpo right only when every sequence fills the width: the padding counted in the mean."""
+    if loss_type == "grpo":
+        return (per_token_loss * mask).mean(-1).mean()
+    return package.aggregate_loss(per_token_loss, mask, loss_type, max_completion_length,
+                                  num_items_in_batch)  # fmt: skip
+
+
 NAMED_MISTAKES = [
+    (checks.check_clipped_surrogate, clip_higher_by_default, "epsilon_high = epsilon"),
+    (checks.check_aggregate_loss, aggregate_item, "no .item()"),
     (checks.check_clipped_surrogate, min_before_advantage, "min of the two PRODUCTS"),
     (checks.check_clipped_surrogate, clipped_only, "the unclipped term is missing"),
     (checks.check_clipped_surrogate, surrogate_averaged, "one value per token"),
@@ -641,3 +675,11 @@ NAMED_MISTAKES = [
 @pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
 def test_a_mistake_is_told_the_hint_that_names_it(check, fn, hint, seed):
     assert_told(check, fn, hint, seed)
+
+
+def test_a_loss_type_twin_tells_its_rule_not_only_the_empty_sequence():
+    """The padding counted in grpo's mean: the public case works the example, the graded twin
+    names grpo's rule (it once said only that the first sequence was empty)."""
+    assert_told(checks.check_aggregate_loss, aggregate_over_the_width, "never count")
+    assert_told(checks.check_aggregate_loss, aggregate_over_the_width,
+                "each sequence's mean over its own tokens", GRADER_SEEDS[0])  # fmt: skip

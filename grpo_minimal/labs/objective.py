@@ -283,6 +283,12 @@ def _clipped_term_only(ratio, advantages, epsilon, epsilon_high=None):
     return ratio.clamp(1 - epsilon, 1 + high) * advantages
 
 
+def _high_defaults_to_dapo(ratio, advantages, epsilon, epsilon_high=None):
+    """A mistake: epsilon_high=None taken as DAPO's 0.28 instead of epsilon."""
+    high = 0.28 if epsilon_high is None else epsilon_high
+    return package.clipped_surrogate(ratio, advantages, epsilon, high)
+
+
 CLIP_MISTAKES = [
     Mistake(_min_of_ratios,
             "take the min of the two PRODUCTS, min(ratio * A, clip(ratio) * A): for A < 0, "
@@ -290,6 +296,9 @@ CLIP_MISTAKES = [
     Mistake(_clipped_term_only,
             "the unclipped term is missing: the objective is min(ratio * A, clip(ratio) * A), "
             "and clip(ratio) * A alone is too generous where the ratio moved the wrong way"),
+    Mistake(_high_defaults_to_dapo,
+            "epsilon_high=None means epsilon_high = epsilon, a symmetric clip; 0.28 is DAPO's "
+            "clip-higher value, which only a caller who passes epsilon_high=0.28 asks for"),
     Mistake(lambda *args, **kwargs: package.clipped_surrogate(*args, **kwargs).mean(),
             "one value per token, the shape of ratio: no mean or sum here (aggregate_loss, "
             "exercise 3, reduces the tokens)"),
@@ -459,6 +468,18 @@ EMPTY_ROW_HINT = (
     "counts as one of the B sequences. Clamp every token count to at least 1, as TRL does "
     "(.clamp(min=1.0)), so 0 / 0 never makes a NaN"
 )
+LOSS_TYPE_HINTS = {
+    "grpo": "grpo: each sequence's mean over its own tokens (mask), then the mean over the B "
+    "sequences; " + EMPTY_ROW_HINT,
+    "bnpo": "bnpo: sum(loss * mask) over the whole batch / mask.sum(), every token weighing the "
+    "same (the empty sequence adds nothing)",
+    "dr_grpo": "dr_grpo: sum(loss * mask) / (batch * max_completion_length), the length the "
+    "tensor's last dimension when max_completion_length is None",
+    "dapo": "dapo: sum(loss * mask) / the token count, this batch's when num_items_in_batch is "
+    "None",
+}
+"""The hint of each ``loss_type``'s drawn twin: the rule, not only the empty sequence in it."""
+
 NO_TOKENS_HINT = (
     "every mask entry is 0: the loss is 0, never NaN. Clamp every token count to at least 1 "
     "(.clamp(min=1.0)), so 0 / 0 never happens"
@@ -553,7 +574,7 @@ def aggregate_twins(seed: int) -> list[Case]:
             Case(
                 f"random losses, {batch} sequences (the first empty), loss_type='{loss_type}'",
                 (loss, mask, loss_type),
-                hint=EMPTY_ROW_HINT,
+                hint=LOSS_TYPE_HINTS[loss_type],
             )
             for loss_type in package.LOSS_TYPES
         ),
@@ -598,13 +619,25 @@ def aggregate_twins(seed: int) -> list[Case]:
     ]
 
 
+def _loss_as_a_float(*args: Any, **kwargs: Any) -> float:
+    """A mistake: the right value, returned as a Python float (``.item()``)."""
+    return package.aggregate_loss(*args, **kwargs).item()
+
+
+AGGREGATE_MISTAKES = [
+    Mistake(_loss_as_a_float,
+            "return the loss as a tensor (no .item(), no float()): the gradient reaches the "
+            "policy through it, and a float has none"),
+]  # fmt: skip
+
+
 def check_aggregate_loss(fn: Callable, seed: int | None = None) -> None:
     """Values for each ``loss_type``, and a ``ValueError`` for an unknown one."""
     runs = []
     for case in cases_for([*AGGREGATE_PUBLIC, UNKNOWN_LOSS_TYPE], aggregate_twins, seed):
         refuse = case.args[2] not in package.LOSS_TYPES
         runs.append((fn, case, ValueError if refuse else package.aggregate_loss))
-    _run_all("aggregate_loss", fn, runs)
+    _run_all("aggregate_loss", fn, runs, AGGREGATE_MISTAKES)
 
 
 # --- question 1: where is the gradient of the clipped surrogate zero? ----------------------------
