@@ -158,6 +158,14 @@ def parse_bare_point(text):
     return reference_parse(text)
 
 
+def parse_no_leading_zero(text):
+    return reference_parse(text, integer=r"(?:[1-9][0-9]{0,2}(?:,[0-9]{3})+|[1-9][0-9]*)")
+
+
+def parse_commas_required(text):
+    return reference_parse(text, integer=r"(?:[1-9][0-9]{0,2}(?:,[0-9]{3})*|0)")
+
+
 def parse_refuses_the_cap(text):
     """The digit cap off by one: exactly MAX_NUMBER_DIGITS digits refused (>= for >)."""
     value = reference_parse(text)
@@ -169,6 +177,8 @@ def parse_refuses_the_cap(text):
 PARSE_WRONG = [
     (parse_plus_sign, "a plus sign", "the only sign"),
     (parse_refuses_the_cap, f"exactly {MAX_DIGITS} digits", "not >="),
+    (parse_no_leading_zero, "0.1 exactly", "not [1-9][0-9]*"),
+    (parse_commas_required, "leading zeros", "needs no commas"),
     (parse_bare_point, "a point with no digit before it", "digits on both sides"),
     (parse_via_float, "0.1 exactly", "never through float()"),
     (parse_float, "0.1 exactly", "never through float()"),
@@ -489,6 +499,20 @@ def _final_past_the_sentence(text):
     return values[0] if values and None not in values and len(set(values)) == 1 else None
 
 
+def _final_greedy_boxes(text):
+    """The boxes read with a greedy .*: two boxes are one spot, from the first to the last '}'."""
+    if text is None or len(text) > MAX_CHARS:
+        return None
+    boxes = re.findall(r"\\boxed\{(.*)\}", text, re.DOTALL)
+    values = [reference_parse(box) for box in boxes]
+    values += [reference_parse(phrase) for phrase in _spots(text)[1]]
+    return values[0] if values and None not in values and len(set(values)) == 1 else None
+
+
+def reward_greedy_boxes(completions, answer, **kwargs):
+    return reference_reward(completions, answer, final=_final_greedy_boxes)
+
+
 def reward_refuses_the_length_cap(completions, answer, **kwargs):
     """The length cap off by one: a text of exactly MAX_COMPLETION_CHARS scores 0 (>= for >)."""
     return reference_reward(
@@ -509,6 +533,7 @@ ACCURACY_WRONG = [
     (reward_cuts_to_the_cap, "a right answer first, then past the length cap", "do not cut"),
     (reward_phrase_past_the_sentence, "the phrase ends with its sentence", "end of its sentence"),
     (reward_returns_bools, "a boxed integer, right and wrong", "not bools"),
+    (reward_greedy_boxes, "the same answer twice is no hedge", "ITS closing brace"),
     (reward_float_equality, "a repeating decimal is not its fraction", "never floats"),
     (reward_parses_via_float, "digits past a float's precision", "never through float()"),
     (reward_int_cut, "a decimal is not cut into an integer", "never int(float(x))"),

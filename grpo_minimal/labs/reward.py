@@ -464,10 +464,43 @@ def _sign_dropped(text: str) -> Fraction | None:
     return None if value is None else abs(value)
 
 
+def _no_leading_zero(text: str) -> Fraction | None:
+    """A mistake: integers as [1-9][0-9]*, so a number whose integer part is 0 or starts with 0
+    ('0.1', '007', '3/04') is refused."""
+    if isinstance(text, str) and re.search(r"(?<![0-9,.])0", text):
+        return None
+    return table_parse_number(text)
+
+
+def _cap_off_by_one(text: str) -> Fraction | None:
+    """A mistake: a side of exactly MAX_NUMBER_DIGITS digits refused (>= for >)."""
+    cap = package_answers.MAX_NUMBER_DIGITS
+    if isinstance(text, str) and any(
+        sum(ch.isdigit() for ch in side) == cap for side in text.split("/")
+    ):
+        return None
+    return table_parse_number(text)
+
+
+def _commas_required(text: str) -> Fraction | None:
+    """A mistake: integers only as thousands groups ([1-9][0-9]{0,2}(,[0-9]{3})* or 0), so
+    '1080' and '007' are refused and '1,080' read."""
+    if isinstance(text, str) and re.search(r"(?<![0-9,.])(?:[0-9]{4}|0[0-9])", text):
+        return None
+    return table_parse_number(text)
+
+
 PARSE_MISTAKES = [
     Mistake(_sign_dropped,
             "the '-' was read but not applied: a number with a leading '-' is negative, "
             "-(its digits' value)"),
+    Mistake(_cap_off_by_one, _HINTS["40 digits"]),  # before the others: one case fits many
+    Mistake(_no_leading_zero,
+            "an integer part may be 0 or start with 0 ('0.1', '0', '007'): the table's "
+            "integers are [0-9]+ (or thousands groups), not [1-9][0-9]*"),
+    Mistake(_commas_required,
+            "an integer needs no commas: '1080' is a number as much as '1,080' (the table's "
+            "integers are [0-9]+, leading zeros allowed, OR thousands groups)"),
 ]  # fmt: skip
 
 
@@ -1014,13 +1047,28 @@ def _booleans(completions, answer):
     return [score == 1.0 for score in package_rewards.accuracy_reward(completions, answer)]
 
 
+def _greedy_boxes(completions, answer):
+    r"""A mistake: the box read with a greedy ``\boxed\{(.*)\}``, so a text with two boxes has
+    one spot, from the first box to the last brace, which is no number: 0.0 (the rest scored as
+    it should be)."""
+    scores = package_rewards.accuracy_reward(completions, answer)
+    return [0.0 if isinstance(text, str) and text.count("\\boxed{") > 1 else score
+            for text, score in zip(completions, scores, strict=True)]  # fmt: skip
+
+
 ACCURACY_MISTAKES = [
     Mistake(
         _booleans,
         "return floats, 1.0 or 0.0, not bools (True / False): a reward is a "
         "number, and TRL multiplies each reward function's list by its weight",
-    ),  # fmt: skip
-]
+    ),
+    Mistake(
+        _greedy_boxes,
+        "read each \\boxed{...} up to ITS closing brace ([^{}]* or counting braces): a "
+        "greedy .* runs from the first box to the last brace, so two boxes become one spot "
+        "that is no number",
+    ),
+]  # fmt: skip
 
 
 def check_accuracy_reward(fn: Callable, seed: int | None = None) -> None:
