@@ -226,6 +226,21 @@ def test_make_rollout_feedback():
     assert "advantages from those rewards (group_advantages" in unscaled
 
 
+def rollout_fields_swapped(policy, prompts, reward_fn, num_generations):
+    """Everything right, given to Rollout in the wrong order."""
+    completions = sample_group(policy, prompts, num_generations)
+    rewards = reward_fn(prompts, completions)
+    return Rollout(prompts, completions, group_advantages(rewards, num_generations), rewards)
+
+
+@pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
+def test_make_rollout_told_its_fields_swapped(seed):
+    assert_told(checks.check_make_rollout, rollout_fields_swapped, "each other's places", seed)
+    # the seed's own bug is not told the swap
+    resampled = assert_fails(checks.check_make_rollout, rollout_sampled_twice, seed)
+    assert "each other's places" not in resampled and "Seed 001" in resampled
+
+
 def test_make_rollout_returning_no_rollout():
     def returns_tensor(policy, prompts, reward_fn, num_generations):
         return sample_group(policy, prompts, num_generations)

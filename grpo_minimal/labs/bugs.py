@@ -641,9 +641,25 @@ def rollout_twins(seed: int) -> list[Case]:
     return cases
 
 
+def _fields_swapped(policy, prompts, reward_fn, num_generations):
+    """A mistake: the rewards and the advantages given to Rollout in each other's places."""
+    completions = REFERENCE_TRAINER["sample_group"](policy, prompts, num_generations)
+    rewards = reward_fn(prompts, completions)
+    advantages = REFERENCE_TRAINER["group_advantages"](rewards, num_generations)
+    return Rollout(prompts, completions, advantages, rewards)
+
+
+ROLLOUT_MISTAKES = [
+    Mistake(_fields_swapped,
+            "Rollout's fields are (prompts, completions, rewards, advantages), in this order: "
+            "the rewards and the advantages went into each other's places (pass them by "
+            "keyword, Rollout(..., rewards=rewards, advantages=advantages))"),
+]  # fmt: skip
+
+
 def check_make_rollout(fn: Callable, seed: int | None = None) -> None:
     cases = cases_for(ROLLOUT_PUBLIC, rollout_twins, seed)
-    _measured(fn, "make_rollout", cases, _probe_make_rollout, REFERENCE_TRAINER)
+    _measured(fn, "make_rollout", cases, _probe_make_rollout, REFERENCE_TRAINER, ROLLOUT_MISTAKES)
 
 
 # ---------------------------------------------------------------------------------------------
