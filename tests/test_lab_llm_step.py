@@ -174,6 +174,13 @@ def logps_only(model, rollout, temperature=1.0, with_entropy=False, share_prompt
     return reference_logps(model, rollout, temperature)[0]
 
 
+def summed_per_completion(model, rollout, temperature=1.0, with_entropy=False,
+                          share_prompts=True):  # fmt: skip
+    """A sequence's log-prob, as some write-ups compute it: [N], the tokens summed."""
+    logps, entropy = reference_logps(model, rollout, temperature, with_entropy, share_prompts)
+    return (logps * rollout.completion_mask).sum(dim=1), entropy
+
+
 LOGPS_WRONG = {  # the mistake -> the case that details it, a piece of its hint
     "shifted_by_one_token": (make_logps(shift=0), "one prompt, two completions", "t+1"),
     "attention_mask_ignored": (
@@ -200,6 +207,7 @@ LOGPS_WRONG = {  # the mistake -> the case that details it, a piece of its hint
         "repeat_interleave",
     ),
     "returns_the_logps_alone": (logps_only, "one prompt", "must return a pair"),
+    "summed_per_completion": (summed_per_completion, "one prompt", "one log-prob per completion"),
 }
 
 

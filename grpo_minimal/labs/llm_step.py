@@ -583,6 +583,21 @@ def _package_logps(model, rollout: CompletionGroups, temperature: float = 1.0, w
     return hit[2]
 
 
+def _summed_per_sequence(model, rollout: CompletionGroups, temperature: float = 1.0,
+                         with_entropy: bool = False, share_prompts: bool = True):  # fmt: skip
+    """A mistake: each completion's log-probs summed over its tokens, [N] instead of [N, C]."""
+    logps, entropy = package.completion_logps(model, rollout, temperature, with_entropy,
+                                              share_prompts)  # fmt: skip
+    return (logps * rollout.completion_mask).sum(-1), entropy
+
+
+LOGPS_MISTAKES = [
+    Mistake(_logps_view(_summed_per_sequence),
+            "one log-prob per completion TOKEN, [N, C]: no sum over the tokens (the loss gives "
+            "each token its own ratio and mask; a completion's sum is not what grpo_loss takes)"),
+]  # fmt: skip
+
+
 def check_completion_logps(fn: Callable, seed: int | None = None) -> None:
     """Equation (16) against the package: hand-made rollouts and their drawn twins (written and
     sampled rollouts); with the grader's ``seed``, fresh twins only."""
@@ -592,6 +607,7 @@ def check_completion_logps(fn: Callable, seed: int | None = None) -> None:
         cases_for(_logps_public(), logps_twins, seed),
         _package_logps,
         compare=_logps_close,
+        mistakes=LOGPS_MISTAKES,
     )
 
 
