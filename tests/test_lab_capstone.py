@@ -62,3 +62,29 @@ def test_weights_of_another_shape_are_refused_by_name():
     with pytest.raises(CheckFailed, match="differ in name or shape") as failed:
         capstone.check_model(model, tokenizer, _config(), target=0, seed=SEED)
     assert name in str(failed.value)
+
+
+def test_the_grade_is_what_the_config_trains_not_what_the_cell_did(monkeypatch):
+    """A training cell edited to train past its config: the notebook's weights gain, the
+    grader's own run of ``capstone_config()`` does not, and the lower gain counts. (The runs are
+    stood in for: the notebook's weights are marked, and the graded accuracy is 40% for marked
+    weights, the untrained 19.3% otherwise; the real retraining runs in
+    tests/test_labs_build.py, where the solution keeps its points.)"""
+    shipped, tokenizer = load_model(str(TINY_MODEL), "cpu")
+    trained = {k: v.clone() for k, v in shipped.state_dict().items()}
+    first = next(k for k in trained if ".layers." in k)  # not the tied embedding
+    trained[first] += 0.5  # the mark of the notebook's run
+
+    def graded(model, tokenizer, cfg, seed):
+        marked = torch.equal(model.state_dict()[first], trained[first])
+        return (0.40 if marked else 0.193), 0.193
+
+    monkeypatch.setattr(capstone, "measure_gain", graded)
+    notebook_model, _ = load_model(str(TINY_MODEL), "cpu")
+    notebook_model.load_state_dict(trained)
+    monkeypatch.setattr(capstone, "retrained_weights", lambda cfg: shipped.state_dict())
+    with pytest.raises(CheckFailed, match="the grader's run of capstone_config") as failed:
+        capstone.check_model(notebook_model, tokenizer, _config(), target=0, seed=SEED)
+    assert "your notebook's model: 40.0%" in str(failed.value)
+    monkeypatch.setattr(capstone, "retrained_weights", lambda cfg: trained)  # the same run
+    capstone.check_model(notebook_model, tokenizer, _config(), target=1, seed=SEED)

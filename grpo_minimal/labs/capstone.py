@@ -1,6 +1,12 @@
 """Lab 07 checks: the capstone. Raise the tiny model's accuracy on the arithmetic mix within a
 fixed budget of sampled completions; graded on problems the learner never sees.
 
+The hidden checks grade two runs, and the lower gain counts: the weights the notebook's run
+trained, loaded into a fresh model of the shipped architecture (never the learner's object), and
+the weights of the grader's own run of ``capstone_config()`` from the shipped model (so a
+training cell edited to train past the budget, or on other problems, earns nothing the config
+does not). With the cell as handed out, the two runs are the same run.
+
 The grader's problems are drawn from every problem of each kind (``data/make_arithmetic.py``'s
 ``all_problems``), minus every problem in any shipped split (``a+b`` and ``b+a`` count as one),
 so nothing the learner trained or evaluated on is graded. The draw uses the grader's seed, which
@@ -31,6 +37,8 @@ GRADED_COUNTS = {"+": 140, "-": 150, "*": 10}
 # collapses (1.7% on the test split). The second target is set so the lesson's settings pass
 # with a margin for other CPUs; raise it once better settings are known.
 GAIN_TARGETS = (3.0, 5.0)
+VALIDATION_ROWS = 300
+"""The training cell keeps the last 300 training rows out, as its validation set."""
 
 
 def _make_arithmetic():
@@ -146,10 +154,37 @@ def shipped_model_with_weights_of(model):
     return fresh.eval(), tokenizer
 
 
+_RETRAINED: dict[tuple, dict] = {}
+
+
+def retrained_weights(cfg: MathConfig) -> dict:
+    """The weights of the grader's own run of ``cfg``: the notebook's training cell as handed
+    out (``train_math`` on the training rows but the last ``VALIDATION_ROWS``, from the shipped
+    tiny model), run here; once per config (both hidden checks grade it)."""
+    key = tuple(sorted(cfg.to_dict().items()))
+    if key not in _RETRAINED:
+        from grpo_minimal.lm_train import train_math
+
+        rows = load_math_rows(DATASET, "train")
+        trainer, _ = train_math(cfg, train_rows=rows[:-VALIDATION_ROWS],
+                                eval_rows=rows[-VALIDATION_ROWS:], progress=False)  # fmt: skip
+        _RETRAINED[key] = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    return _RETRAINED[key]
+
+
+class _Weights:
+    def __init__(self, state: dict) -> None:
+        self._state = state
+
+    def state_dict(self) -> dict:
+        return self._state
+
+
 def check_model(model, tokenizer, cfg, target: int, seed: int) -> None:
     """Hidden: the trained weights, loaded into a fresh model of the shipped architecture, beat
     the untrained model by ``GAIN_TARGETS[target]`` points on the problems drawn with the
-    grader's ``seed``; the measurement goes to the feedback file."""
+    grader's ``seed``, and so do the weights of the grader's own run of ``cfg``
+    (``retrained_weights``): the lower gain counts. The measurements go to the feedback file."""
     check_config(cfg)
     if model is None or tokenizer is None:
         raise failure("the trained model", "model, tokenizer", "the model your run trained",
@@ -162,6 +197,24 @@ def check_model(model, tokenizer, cfg, target: int, seed: int) -> None:
         f"capstone: {100 * accuracy:.1f}% on {count} unseen problems, untrained {100 * base:.1f}%: "
         f"{gain:+.1f} points against the target of +{goal:g}"
     )
+    if gain >= goal:  # the notebook's weights pass: does the config itself train them?
+        again, _ = shipped_model_with_weights_of(_Weights(retrained_weights(cfg)))
+        again_accuracy, _ = measure_gain(again, tokenizer, cfg, seed)
+        again_gain = 100 * (again_accuracy - base)
+        measured += (f"; the grader's own run of capstone_config(): {100 * again_accuracy:.1f}% "
+                     f"({again_gain:+.1f} points)")  # fmt: skip
+        report(measured)
+        if again_gain < goal:
+            raise failure(
+                f"the grader's run of capstone_config(): gain >= {goal:g} points",
+                "capstone_config(), trained by the grader from the shipped model",
+                f">= {100 * base + goal:.1f}% (your notebook's model: {100 * accuracy:.1f}%)",
+                f"{100 * again_accuracy:.1f}% ({again_gain:+.1f} points)",
+                "the points go to what capstone_config() trains: keep the training cell as "
+                "handed out (train_math(cfg, ...) on the training rows), and put every setting "
+                "in the config",
+            )
+        return
     report(measured)
     if gain < goal:
         raise failure(
