@@ -243,3 +243,19 @@ def test_an_in_place_edit_in_the_kernel_reaches_the_callers_arguments():
     kept = torch.tensor([1.0, 2.0])
     _write_back([kept], [torch.tensor([1.0, 2.0, 3.0])])  # another shape: left as it was
     assert torch.equal(kept, torch.tensor([1.0, 2.0]))
+
+
+def test_a_stand_in_can_be_copied_and_names_what_it_offers():
+    """A learner's function may deep-copy the policy it is given: the stand-in of an instrument
+    copies (it once raised KeyError) and still says what it offers."""
+    import copy
+
+    from grpo_minimal.instructor.judge import KERNEL_CODE
+
+    kernel: dict = {}
+    exec(KERNEL_CODE, kernel)  # as the kernel runs it, in a namespace of its own
+    stand_in = kernel["__GrpoInstrument__"]("/nowhere", "0", "CountingPolicy", ("generate",))
+    copied = copy.deepcopy(stand_in)
+    assert repr(copied) == "<the check's CountingPolicy>"
+    with pytest.raises(AttributeError, match="offers generate, not 'logps'"):
+        copied.logps  # noqa: B018

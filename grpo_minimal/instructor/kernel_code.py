@@ -55,6 +55,8 @@ class __GrpoInstrument__:
         self._where = (folder, key, kind, tuple(methods))
 
     def __getattr__(self, name):
+        if "_where" not in self.__dict__:  # a copy being built (copy.deepcopy asks first)
+            raise AttributeError(name)
         folder, key, kind, methods = self.__dict__["_where"]
         if name in methods and name != "__call__":
             return lambda *args, **kwargs: self._ask(name, args, kwargs)
