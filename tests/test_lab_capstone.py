@@ -82,9 +82,9 @@ def test_the_grade_is_what_the_config_trains_not_what_the_cell_did(monkeypatch):
     monkeypatch.setattr(capstone, "measure_gain", graded)
     notebook_model, _ = load_model(str(TINY_MODEL), "cpu")
     notebook_model.load_state_dict(trained)
-    monkeypatch.setattr(capstone, "retrained_weights", lambda cfg: shipped.state_dict())
+    monkeypatch.setattr(capstone, "retrained_model", lambda cfg: shipped)
     with pytest.raises(CheckFailed, match="the grader's run of capstone_config") as failed:
         capstone.check_model(notebook_model, tokenizer, _config(), target=0, seed=SEED)
     assert "your notebook's model: 40.0%" in str(failed.value)
-    monkeypatch.setattr(capstone, "retrained_weights", lambda cfg: trained)  # the same run
+    monkeypatch.setattr(capstone, "retrained_model", lambda cfg: notebook_model)  # the same run
     capstone.check_model(notebook_model, tokenizer, _config(), target=1, seed=SEED)

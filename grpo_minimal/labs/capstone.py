@@ -154,13 +154,13 @@ def shipped_model_with_weights_of(model):
     return fresh.eval(), tokenizer
 
 
-_RETRAINED: dict[tuple, dict] = {}
+_RETRAINED: dict[tuple, object] = {}
 
 
-def retrained_weights(cfg: MathConfig) -> dict:
-    """The weights of the grader's own run of ``cfg``: the notebook's training cell as handed
-    out (``train_math`` on the training rows but the last ``VALIDATION_ROWS``, from the shipped
-    tiny model), run here; once per config (both hidden checks grade it)."""
+def retrained_model(cfg: MathConfig):
+    """The model of the grader's own run of ``cfg``: the notebook's training cell as handed out
+    (``train_math`` on the training rows but the last ``VALIDATION_ROWS``, from the shipped tiny
+    model), run here; once per config (both hidden checks grade it)."""
     key = tuple(sorted(cfg.to_dict().items()))
     if key not in _RETRAINED:
         from grpo_minimal.lm_train import train_math
@@ -168,23 +168,15 @@ def retrained_weights(cfg: MathConfig) -> dict:
         rows = load_math_rows(DATASET, "train")
         trainer, _ = train_math(cfg, train_rows=rows[:-VALIDATION_ROWS],
                                 eval_rows=rows[-VALIDATION_ROWS:], progress=False)  # fmt: skip
-        _RETRAINED[key] = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+        _RETRAINED[key] = trainer.model.eval()
     return _RETRAINED[key]
-
-
-class _Weights:
-    def __init__(self, state: dict) -> None:
-        self._state = state
-
-    def state_dict(self) -> dict:
-        return self._state
 
 
 def check_model(model, tokenizer, cfg, target: int, seed: int) -> None:
     """Hidden: the trained weights, loaded into a fresh model of the shipped architecture, beat
     the untrained model by ``GAIN_TARGETS[target]`` points on the problems drawn with the
     grader's ``seed``, and so do the weights of the grader's own run of ``cfg``
-    (``retrained_weights``): the lower gain counts. The measurements go to the feedback file."""
+    (``retrained_model``): the lower gain counts. The measurements go to the feedback file."""
     check_config(cfg)
     if model is None or tokenizer is None:
         raise failure("the trained model", "model, tokenizer", "the model your run trained",
@@ -198,8 +190,7 @@ def check_model(model, tokenizer, cfg, target: int, seed: int) -> None:
         f"{gain:+.1f} points against the target of +{goal:g}"
     )
     if gain >= goal:  # the notebook's weights pass: does the config itself train them?
-        again, _ = shipped_model_with_weights_of(_Weights(retrained_weights(cfg)))
-        again_accuracy, _ = measure_gain(again, tokenizer, cfg, seed)
+        again_accuracy, _ = measure_gain(retrained_model(cfg), tokenizer, cfg, seed)
         again_gain = 100 * (again_accuracy - base)
         measured += (f"; the grader's own run of capstone_config(): {100 * again_accuracy:.1f}% "
                      f"({again_gain:+.1f} points)")  # fmt: skip
