@@ -259,3 +259,19 @@ def test_a_stand_in_can_be_copied_and_names_what_it_offers():
     assert repr(copied) == "<the check's CountingPolicy>"
     with pytest.raises(AttributeError, match="offers generate, not 'logps'"):
         copied.logps  # noqa: B018
+
+
+def test_the_graded_kernel_never_imports_otter(labs, tmp_path):
+    """The judge runs the checks, so otter's set-up cell runs as a ``grader`` whose calls do
+    nothing: no graded kernel pays otter's import (about 1 s). A solved lab whose answer raises
+    if otter is in its kernel, and which calls the stand-in from a cell of its own, still scores
+    full marks with no cell raising."""
+    student = labs / "student" / "01_advantages.ipynb"
+    guard = ("import sys\nif 'otter' in sys.modules:\n"
+             "    raise RuntimeError('otter was imported in the graded kernel')\n"
+             "grader.check('group_advantages')\n")  # fmt: skip
+    answers = {**PACKAGE_ANSWERS_01, 0: guard + PACKAGE_ANSWERS_01[0]}
+    notebook = filled_lab(student, answers, tmp_path / "01_advantages.ipynb")
+    exercises, _, errors = grading.grade_notebook_file(notebook, labs / "grader")
+    assert errors == []
+    assert all(e.score == e.possible > 0 for e in exercises), exercises

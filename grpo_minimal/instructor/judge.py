@@ -329,20 +329,35 @@ class RemoteFunction(InKernel):
 
 
 _GRADER_CALL = re.compile(r"\s*grader\.(check|check_all|export)\(.*\)\s*", re.DOTALL)
+_OTTER_SETUP = re.compile(
+    r"\s*(#[^\n]*\n\s*)*import otter\s*\n\s*grader\s*=\s*otter\.Notebook\([^()]*\)\s*"
+)
+# what runs in place of otter's set-up cell: a `grader` whose calls do nothing (the checks run
+# here, in the judge); importing otter took about 1 s of every graded kernel
+_NO_CHECKS = (
+    "class __GrpoNoChecks__:\n"
+    "    def __getattr__(self, name):\n"
+    "        return lambda *args, **kwargs: None\n\n"
+    "grader = __GrpoNoChecks__()"
+)
 
 
 def _graded_cells(notebook) -> list[tuple[int, Any]]:
     """The code cells grading runs, with their index: not the ones otter skips when grading
     (tagged ``otter_ignore``), nor the learner-facing ``grader.check(...)`` / ``check_all()`` /
-    ``export()`` cells (the judge runs the checks itself, once the whole notebook has run)."""
+    ``export()`` cells (the judge runs the checks itself, once the whole notebook has run).
+    otter's set-up cell (``grader = otter.Notebook(...)``) runs as ``_NO_CHECKS``."""
     cells = []
     for index, cell in enumerate(notebook.cells):
         if cell.get("cell_type") != "code":
             continue
         if "otter_ignore" in (cell.get("metadata", {}).get("tags") or []):
             continue
-        if _GRADER_CALL.fullmatch(str(cell.get("source", ""))):
+        source = str(cell.get("source", ""))
+        if _GRADER_CALL.fullmatch(source):
             continue
+        if _OTTER_SETUP.fullmatch(source):
+            cell["source"] = _NO_CHECKS
         cells.append((index, cell))
     return cells
 
