@@ -414,17 +414,14 @@ def _measured(
     name: str,
     cases: Sequence[Case],
     probe: Callable,
-    helpers: Mapping,
     mistakes: Sequence[Mistake] = (),
 ) -> None:
-    """Run ``probe(bound fn, *case.args)`` on every case; the expected value is the probe of
+    """Run ``probe(fn bound to the reference trainer's other exercises, *case.args)`` on every
+    case (bound in the kernel when judged apart); the expected value is the probe of
     the reference function unless the case gives one. Each of ``mistakes`` (a wrong version of
     the function) is probed the same way, for its hint."""
     require_function(fn, name)
-    if isinstance(fn, InKernel):
-        learner = _BoundInKernel(fn, name)
-    else:
-        learner = bind(fn, {k: v for k, v in helpers.items() if k != name})
+    learner = _BoundInKernel(fn, name) if isinstance(fn, InKernel) else bind(fn, _others(name))
     reference = REFERENCE_TRAINER[name]
 
     def probed(function: Callable) -> Callable:
@@ -535,7 +532,7 @@ def sample_twins(seed: int) -> list[Case]:
 def check_sample_group(fn: Callable, seed: int | None = None) -> None:
     """The public cases and their twins; with the grader's ``seed``, fresh twins only."""
     cases = cases_for(SAMPLE_PUBLIC, sample_twins, seed)
-    _measured(fn, "sample_group", cases, _probe_sample_group, REFERENCE_TRAINER)
+    _measured(fn, "sample_group", cases, _probe_sample_group)
 
 
 def time_sample_group(
@@ -659,7 +656,7 @@ ROLLOUT_MISTAKES = [
 
 def check_make_rollout(fn: Callable, seed: int | None = None) -> None:
     cases = cases_for(ROLLOUT_PUBLIC, rollout_twins, seed)
-    _measured(fn, "make_rollout", cases, _probe_make_rollout, REFERENCE_TRAINER, ROLLOUT_MISTAKES)
+    _measured(fn, "make_rollout", cases, _probe_make_rollout, ROLLOUT_MISTAKES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -909,7 +906,7 @@ def kl_twins(seed: int) -> list[Case]:
 
 def check_kl_penalty(fn: Callable, seed: int | None = None) -> None:
     cases = cases_for(KL_PUBLIC, kl_twins, seed)
-    _measured(fn, "kl_penalty", cases, _probe_kl_penalty, REFERENCE_TRAINER)
+    _measured(fn, "kl_penalty", cases, _probe_kl_penalty)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1114,7 +1111,7 @@ UPDATE_MISTAKES = [
 
 def check_grpo_update(fn: Callable, seed: int | None = None) -> None:
     cases = cases_for(UPDATE_PUBLIC, update_twins, seed)
-    _measured(fn, "grpo_update", cases, _probe_grpo_update, REFERENCE_TRAINER, UPDATE_MISTAKES)
+    _measured(fn, "grpo_update", cases, _probe_grpo_update, UPDATE_MISTAKES)
 
 
 def ratio_distances(fn: Callable, num_iterations: int = 3, beta: float = 0.04) -> list[float]:
