@@ -232,11 +232,18 @@ NOT_FLAT_HINT = (
     "the values are right but the shape is [B/G, G]: return one advantage per completion, flat "
     "[B] (.flatten() or .reshape(-1)), in the order of the rewards"
 )
-KEEPDIM_HINT = (
-    "keepdim=True: grouped.mean(dim=1) alone is a [B/G] vector, which broadcasts along each ROW "
-    "of the [B/G, G] view, across the groups (an error when B/G != G, wrong values when they "
-    "are equal); with keepdim=True it is a [B/G, 1] column, one value per group"
-)
+
+
+def _keepdim_hint(reduction: str) -> str:
+    """The hint for a group's ``reduction`` (mean, sum) taken without keepdim."""
+    return (
+        f"keepdim=True: grouped.{reduction}(dim=1) alone is a [B/G] vector, which broadcasts "
+        "along each ROW of the [B/G, G] view, across the groups (an error when B/G != G, wrong "
+        "values when they are equal); with keepdim=True it is a [B/G, 1] column, one value per "
+        "group"
+    )
+
+
 CAST_BACK_HINT = (
     "advantages are floats even for integer rewards: do not cast them back to rewards.dtype, "
     "and do not fill a torch.zeros_like(rewards) (an int64 tensor) with them"
@@ -259,7 +266,7 @@ GROUP_MISTAKES = [
         "with scale_rewards='group' each group is divided by its OWN std, grouped.std(dim=1, "
         "keepdim=True), not by the std of the whole batch",
     ),
-    Mistake(_without_keepdim, KEEPDIM_HINT),
+    Mistake(_without_keepdim, _keepdim_hint("mean")),
     Mistake(_cast_back, CAST_BACK_HINT),
 ]  # fmt: skip
 
@@ -268,7 +275,7 @@ RLOO_MISTAKES = [
             .view(-1, num_generations), NOT_FLAT_HINT),
     Mistake(lambda rewards, num_generations: package.rloo_advantages(rewards, num_generations)
             .to(rewards.dtype), CAST_BACK_HINT),
-    Mistake(_rloo_without_keepdim, KEEPDIM_HINT.replace("mean(dim=1)", "sum(dim=1)")),
+    Mistake(_rloo_without_keepdim, _keepdim_hint("sum")),
 ]  # fmt: skip
 
 
