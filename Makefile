@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: setup fetch demo test lint bench lab labs notebooks clean
+.PHONY: setup fetch demo test book lint bench lab labs notebooks clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,16 @@ test: setup fetch
 	GRPO_QUICK=1 GRPO_WHEEL_SMOKE=1 TORCH_INDEX=$(TORCH_INDEX) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests notebooks/labs notebooks/06_llm_grpo_math.ipynb
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) -m numerics tests
 
+## book: the course as a static website in site/ (open site/index.html): Sphinx with MyST-NB over the
+## committed notebooks and guides (docs/conf.py), never executing a notebook, nothing downloaded.
+## tests/test_site.py builds it the same way, offline, and reads every page in Chromium.
+## (Built in build/book, then moved: MyST-NB keeps its image folder beside the output folder.)
+book: setup
+	rm -rf build/book site
+	$(PY) -m sphinx -b html -q -c docs . build/book/site
+	mv build/book/site site
+	@echo "open site/index.html"
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
@@ -73,4 +83,4 @@ notebooks: setup
 	$(PY) -m grpo_minimal.course.notebook_setup notebooks
 
 clean:
-	rm -rf runs .pytest_cache .hypothesis
+	rm -rf runs site .pytest_cache .hypothesis

@@ -2,7 +2,7 @@
 
 ``import grpo_minimal`` gives the math every trainer shares (advantages, losses,
 ``ObjectiveConfig``); the trainers are modules of their own: ``gym_grpo`` (and ``ppo``) for gymnasium environments,
-``lm_grpo`` and ``lm_train`` for language models. The README's reading guide gives the order.
+``lm_grpo`` and ``lm_train`` for language models. The reading guide in docs/architecture.md gives the order.
 """
 
 from .advantages import (

@@ -75,7 +75,7 @@ def _existing(kind: str, name: str) -> Path:
         raise MissingShippedFile(
             f"{kind} file {name!r} is not in {where} ({path} does not exist). The course's files "
             "come with the package: pip install grpo-minimal from a wheel or from the repository "
-            "(README, 'Install without a clone'), not a copy of grpo_minimal/ alone"
+            "(docs/install.md, 'Without a clone'), not a copy of grpo_minimal/ alone"
         )
     return path
 

@@ -1,4 +1,4 @@
-"""The package's folders are its layers, and imports go down them (README, "The package").
+"""The package's folders are its layers, and imports go down them (docs/architecture.md).
 
     grpo_minimal/             the core: GRPO's math, the gym loops, rewards, data, the LLM step
                               and loop, the TRL bridge, the resolver for shipped files
@@ -195,10 +195,10 @@ def test_only_the_resolver_finds_shipped_files():
     assert not problems, problems
 
 
-def test_the_readme_maps_every_module_in_its_folder():
-    readme = (PACKAGE.parent / "README.md").read_text()
+def test_the_architecture_page_maps_every_module_in_its_folder():
+    architecture = (PACKAGE.parent / "docs" / "architecture.md").read_text()
     for path in MODULES.values():
         if path.name.startswith("__"):
             continue
         relative = path.relative_to(PACKAGE).as_posix()
-        assert f"| `{relative}` |" in readme, f"README's module map lacks {relative}"
+        assert f"| `{relative}` |" in architecture, f"docs/architecture.md lacks {relative}"

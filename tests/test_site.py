@@ -1,0 +1,209 @@
+"""The course's website (`make book`): built offline from the committed notebooks, then read in a
+real browser (Debian's Chromium through Playwright, as tests/test_browser.py does).
+
+The site is built as `make book` builds it, into the test's own folder, with the network
+namespace dropped (bubblewrap) where bubblewrap is installed, so a builder that fetched a theme
+or a script would fail here. The notebooks are not executed: the build must not start a kernel.
+Then, served from 127.0.0.1:
+- the index and every notebook page load with no console error, no failed request, and no
+  request to any other host;
+- every image on them has loaded;
+- every page whose source holds TeX shows it typeset by MathJax, with no TeX error;
+- every internal link of every page points at a page that exists, and at an anchor on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import html.parser
+import http.server
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+COURSE = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+LABS = sorted(p.stem for p in (ROOT / "notebooks" / "labs").glob("*.ipynb"))
+# Sphinx's own pages (search, index) and its copies of the sources are not course pages
+NOT_CHECKED = ("_static/", "_sources/", "_downloads/", "_images/")
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="needs Debian's Chromium at /usr/bin/chromium (apt-get install chromium)",
+)
+
+
+def book_command(out: Path, warnings: Path) -> list[str]:
+    """The Makefile's `book` target: Sphinx with docs/conf.py over the checkout."""
+    return [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-c", "docs", "-w", str(warnings),
+            ".", str(out)]  # fmt: skip
+
+
+def _offline(command: list[str], writable: Path) -> list[str]:
+    """The command in a network namespace of its own, the checkout read-only, where bwrap is."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return command
+    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
+            "--tmpfs", "/tmp", "--bind", str(writable), str(writable), "--die-with-parent",
+            *command]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("book")
+    out, warnings = folder / "site", folder / "warnings.txt"
+    # Sphinx's doctree cache would be written under the output folder: the checkout stays as it is
+    result = subprocess.run(_offline(book_command(out, warnings), folder), cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # Every warning is a defect but one kind: a link to an anchor that a notebook writes as raw
+    # HTML (`<a id="...">`), which MyST cannot see; the link check below finds those anchors.
+    unexpected = [
+        line for line in warnings.read_text().splitlines()
+        if line.strip() and "local id not found" not in line
+    ]  # fmt: skip
+    assert not unexpected, "\n".join(unexpected)
+    return out
+
+
+class _Page(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("name"):
+            self.ids.add(attrs["name"])
+        if tag == "a" and attrs.get("href"):
+            self.links.append(attrs["href"])
+
+
+@functools.cache
+def _parsed(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def test_the_site_has_a_page_for_every_notebook_guide_and_reference(site):
+    assert (site / "index.html").read_text() == (site / "README.html").read_text()
+    for name in COURSE:
+        text = (site / "notebooks" / f"{name}.html").read_text()
+        # the notebook's first cell: its Colab link and its run time
+        assert f"colab.research.google.com/github/grpo-minimal/grpo_minimal/blob/main/notebooks/{name}.ipynb" in text
+        assert "Runs on" in text, name
+    for name in LABS:
+        assert (site / "notebooks" / "labs" / f"{name}.html").exists(), name
+    for page in ["notebooks/labs/README", "instructor/README", "bench/README", "README.ko",
+                 "docs/troubleshooting", "docs/architecture", "docs/gpu", "docs/scaling_out"]:  # fmt: skip
+        assert (site / f"{page}.html").exists(), page
+    assert not list(site.rglob("*.ipynb")), "a notebook was copied, not rendered"
+
+
+def test_no_internal_link_points_at_a_missing_page_or_anchor(site):
+    broken = []
+    for path in sorted(site.rglob("*.html")):
+        relative = path.relative_to(site).as_posix()
+        if relative.startswith(NOT_CHECKED):
+            continue
+        for href in _parsed(path).links:
+            parts = urlsplit(href)
+            if parts.scheme or parts.netloc or href.startswith("mailto:"):
+                continue
+            target = (path.parent / unquote(parts.path)).resolve() if parts.path else path
+            if not target.is_relative_to(site.resolve()):
+                broken.append(f"{relative}: {href} leaves the site")
+            elif target.is_dir() or not target.exists():
+                broken.append(f"{relative}: {href} (no such file)")
+            elif parts.fragment and target.suffix == ".html":
+                if unquote(parts.fragment) not in _parsed(target).ids:
+                    broken.append(f"{relative}: {href} (no such anchor)")
+    assert not broken, "\n".join(broken)
+
+
+def test_pages_load_in_chromium_with_images_and_typeset_math(site):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    pages = ["index.html"] + [f"notebooks/{name}.html" for name in COURSE]
+    problems: list[str] = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page()
+            current = [""]
+
+            def elsewhere(route):
+                problems.append(f"{current[0]}: request to another host {route.request.url}")
+                route.abort()
+
+            page.route(lambda url: not url.startswith(base), elsewhere)
+            page.on("console", lambda m: m.type == "error"
+                    and problems.append(f"{current[0]}: console error {m.text}"))  # fmt: skip
+            page.on("pageerror", lambda e: problems.append(f"{current[0]}: page error {e}"))
+            page.on("requestfailed", lambda r: problems.append(
+                f"{current[0]}: failed request {r.url} {r.failure}"))  # fmt: skip
+            page.on("response", lambda r: r.status >= 400 and problems.append(
+                f"{current[0]}: HTTP {r.status} for {r.url}"))  # fmt: skip
+            for name in pages:
+                current[0] = name
+                page.goto(base + name, wait_until="load")
+                source = _source_of(name)
+                if "$" in source or "\\begin{" in source:
+                    # MathJax typesets after load: wait for it, then look for its output
+                    try:
+                        page.wait_for_function("() => window.MathJax?.startup?.promise", timeout=20_000)
+                        page.evaluate("() => MathJax.startup.promise")
+                    except PlaywrightTimeout:
+                        problems.append(f"{name}: MathJax never started")
+                    if page.locator("mjx-container").count() == 0:
+                        problems.append(f"{name}: TeX in the source, no typeset math")
+                    if page.locator("mjx-merror").count():
+                        problems.append(f"{name}: a TeX error: {page.locator('mjx-merror').first.inner_text()}")
+                unloaded = page.evaluate("""() => [...document.images]
+                    .filter((img) => !img.complete || img.naturalWidth === 0)
+                    .map((img) => img.getAttribute('src'))""")
+                problems.extend(f"{name}: image not loaded {src}" for src in unloaded)
+            browser.close()
+    finally:
+        server.shutdown()
+    assert not problems, "\n".join(problems)
+
+
+def _source_of(page: str) -> str:
+    """The Markdown of a page's source: notebook cells, or the README for the index."""
+    if page == "index.html":
+        return (ROOT / "README.md").read_text()
+    import nbformat
+
+    notebook = nbformat.read(ROOT / page.replace(".html", ".ipynb"), as_version=4)
+    return "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
