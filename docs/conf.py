@@ -29,7 +29,7 @@ REFERENCE = [
     "bench/README", "docs/install", "docs/gpu", "docs/scaling_out", "docs/troubleshooting",
     "docs/architecture",
     "recipes/README", "data/README", "data/TINY_MODEL", "data/STANDIN_MODEL",
-    "data/REASONING_MODEL", "CHANGELOG", "README.ko",
+    "data/REASONING_MODEL", "CHANGELOG", "README.ko", "docs/glossary.ko",
 ]  # fmt: skip
 include_patterns = [
     "README.md", "README.ko.md", "CHANGELOG.md", "notebooks/*.ipynb", "notebooks/labs/*.ipynb",

@@ -54,6 +54,11 @@ def book_command(out: Path, warnings: Path) -> list[str]:
             ".", str(out)]  # fmt: skip
 
 
+def test_make_book_runs_the_command_this_test_builds_with():
+    recipe = (ROOT / "Makefile").read_text().split("\nbook:", 1)[1].split("\n\n", 1)[0]
+    assert "$(PY) -m sphinx -b html -q -c docs . build/book/site" in recipe
+
+
 def _offline(command: list[str], writable: Path) -> list[str]:
     """The command in a network namespace of its own, the checkout read-only, where bwrap is."""
     bwrap = shutil.which("bwrap")
