@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,27 @@ from grpo_minimal.instructor.grading import (
 )
 from grpo_minimal.labs.checking import GRADING_ENV
 
+MAX_SUBMISSION_BYTES = 16 * 2**20
+"""A submitted notebook's largest size: a lab notebook is tens of kB, a few MB with plots."""
+
+
+def submission_problem(path: Path) -> str | None:
+    """Why a file of the class folder is not graded, found without opening it: a symbolic link
+    (to the solution, to /dev/zero), anything but a regular file (a FIFO would block the
+    reader), or a file over ``MAX_SUBMISSION_BYTES``; None for a file that may be read."""
+    try:
+        info = os.lstat(path)
+    except OSError as error:
+        return f"cannot be read: {error.strerror}"
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link, not a notebook: submit the notebook file itself"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file (a folder, a FIFO or a device): submit the notebook file"
+    if info.st_size > MAX_SUBMISSION_BYTES:
+        return (f"{info.st_size / 2**20:.0f} MiB, over the {MAX_SUBMISSION_BYTES // 2**20} MiB "
+                "a submission may be: clear the outputs and submit again")  # fmt: skip
+    return None
+
 
 class Grader:
     """Grades one submission at a time in a sandboxed process (``sandbox.py``); ``slot`` is the
@@ -60,6 +82,8 @@ class Grader:
         """Grade ``notebook``; any failure becomes its row's problem. A kernel that did not start
         (a loaded machine) is given one more try."""
         notebook = Path(notebook)
+        if problem := submission_problem(notebook):
+            return Graded(notebook.name, "", [], [], problem)
         try:
             lab = lab_name(notebook)
         except ValueError as error:
@@ -230,8 +254,9 @@ def grade_folder(
     out = Path(out)
     labs = {}
     for notebook in notebooks:
-        with contextlib.suppress(ValueError):
-            labs[notebook] = lab_name(notebook)
+        if submission_problem(notebook) is None:  # never open a FIFO, a link or a huge file
+            with contextlib.suppress(ValueError):
+                labs[notebook] = lab_name(notebook)
     exercises = {}  # lab -> {exercise: points}
     for lab in sorted(set(labs.values())):
         with contextlib.suppress(Exception):  # no such lab: its rows say so

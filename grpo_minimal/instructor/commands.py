@@ -73,7 +73,7 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
 def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
     from .classroom import grade_folder
 
-    def show(row: dict) -> None:  # each row as it is written
+    def show(row: dict) -> None:  # each row as it is written (its text cells made printable)
         problem = f"  ({row['problem'][:200]})" if row["problem"] else ""
         print(f"{row['total']:g} / {row['possible']:g}  {row['notebook']}{problem}", flush=True)
 

@@ -3,6 +3,11 @@
 The learner's file reduces a hidden case to its name, its hint and the exception's type and first
 line (``learner_message``: never the drawn input or expected value); the instructor's holds every
 message whole, the cells that raised and the grading process's stderr.
+
+Everything here may carry a submission's text (its file name, its exception, its output), so
+none of it reaches a terminal or a spreadsheet as it is: control characters are shown as
+``\\xNN`` escapes (``printable``), and a CSV cell that a spreadsheet would read as a formula
+starts with a quote (``csv_cell``).
 """
 
 from __future__ import annotations
@@ -12,10 +17,29 @@ from collections.abc import Callable
 
 from grpo_minimal.instructor.grading import Graded
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_FORMULA_START = ("=", "+", "-", "@")  # what spreadsheets read as the start of a formula
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but the newline and the tab written as ``\\xNN``:
+    an escape sequence in a learner's file name or exception cannot drive the terminal."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def csv_cell(value):
+    """A CSV cell: numbers as they are; text on one line, printable, and quoted with a leading
+    ``'`` where a spreadsheet would take it for a formula (OWASP's CSV injection advice)."""
+    if not isinstance(value, str):
+        return value
+    value = printable(value).replace("\n", " ").replace("\t", " ")
+    return "'" + value if value.startswith(_FORMULA_START) else value
+
 
 def row(result: Graded, points: dict[str, float], column: Callable[[str, str], str]) -> dict:
     """A submission's CSV row; ``points`` are its lab's exercises and their points (what it is
-    worth even when it was not graded), ``column(lab, exercise)`` names a column."""
+    worth even when it was not graded), ``column(lab, exercise)`` names a column. Every text
+    cell goes through ``csv_cell``."""
     cells = {"notebook": result.notebook, "lab": result.lab}
     for exercise in result.exercises:
         cells[column(result.lab, exercise.name)] = exercise.score
@@ -27,7 +51,7 @@ def row(result: Graded, points: dict[str, float], column: Callable[[str, str], s
     cells["possible"] = sum(points.values()) or sum(e.possible for e in result.exercises)
     cells["problem"] = result.problem or ""
     cells["seconds"] = round(result.seconds, 1)
-    return cells
+    return {name: csv_cell(value) for name, value in cells.items()}
 
 
 def _case_name(message: str | None) -> str:
@@ -109,6 +133,6 @@ def feedback_text(result: Graded, learner: bool, possible: float | None = None) 
         lines += ["", "measured:", *(f"  {r}" for r in result.reports)]
     if not learner and result.log.strip():
         lines += ["", "the grading process's stderr:", result.log.rstrip()]
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines) + "\n")
 
 

@@ -1,0 +1,76 @@
+"""What crosses from a class folder to the instructor's files and terminal (issue 39, item 5, in
+part): a submission that is no regular file, or too large, is a row of its own and is never
+opened; a file name or exception text cannot put escape sequences on a terminal or a formula in
+a spreadsheet. Fast: nothing here starts a kernel or a sandbox."""
+
+from __future__ import annotations
+
+import csv
+import os
+import threading
+
+import pytest
+
+from grpo_minimal.instructor import classroom
+from grpo_minimal.instructor.feedback import csv_cell, feedback_text, printable
+from grpo_minimal.instructor.feedback import row as make_row
+from grpo_minimal.instructor.grading import ExerciseResult, Graded
+
+ESC = "\x1b[2J\x1b]0;owned\x07"  # clear the screen, retitle the terminal, ring the bell
+
+
+def test_printable_shows_control_characters_as_escapes_and_keeps_lines():
+    assert printable(f"a{ESC}b") == "a\\x1b[2J\\x1b]0;owned\\x07b"
+    assert printable("line one\n\tline two") == "line one\n\tline two"
+    assert printable("\r\x00\x7f\x9b") == "\\x0d\\x00\\x7f\\x9b"  # \x9b: the 8-bit CSI
+
+
+@pytest.mark.parametrize("text", ["=1+1", "+1", "-1", "@SUM(A1)", '=HYPERLINK("http://x")'])
+def test_csv_cells_that_a_spreadsheet_would_compute_start_with_a_quote(text):
+    assert csv_cell(text) == "'" + text
+    assert csv_cell("a=1") == "a=1" and csv_cell(-1.0) == -1.0  # numbers stay numbers
+
+
+def test_a_row_and_a_feedback_file_carry_no_raw_learner_control_text(tmp_path):
+    failure = f"case: {ESC}\n  hint: =cmd|' /C calc'!A0"
+    exercise = ExerciseResult("group_advantages", 0.0, 2.0, [failure], [True])
+    graded = Graded(f"=evil{ESC}.ipynb", "01_advantages", [exercise], [], f"-boom\n{ESC}")
+    cells = make_row(graded, {"group_advantages": 2.0}, lambda lab, name: name)
+    for value in cells.values():
+        assert not isinstance(value, str) or ("\x1b" not in value and "\n" not in value)
+    assert cells["notebook"].startswith("'=") and cells["problem"].startswith("'-")
+    for learner in (True, False):
+        assert "\x1b" not in feedback_text(graded, learner)
+
+
+def test_links_fifos_folders_and_huge_files_are_rows_of_their_own(tmp_path, monkeypatch):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    solution = tmp_path / "solution.ipynb"
+    solution.write_text('{"metadata": {"otter": {"assignment_name": "01_advantages"}}}')
+    (folder / "link.ipynb").symlink_to(solution)
+    (folder / "zero.ipynb").symlink_to("/dev/zero")
+    os.mkfifo(folder / "pipe.ipynb")
+    (folder / "folder.ipynb").mkdir()
+    with (folder / "huge.ipynb").open("wb") as handle:  # sparse: no disk used
+        handle.truncate(classroom.MAX_SUBMISSION_BYTES + 1)
+    opened = []
+    monkeypatch.setattr(classroom, "lab_name", lambda path: opened.append(path))
+    out = tmp_path / "grades.csv"
+    done = []  # a FIFO opened for reading would block forever: grade in a thread, and wait
+    thread = threading.Thread(target=lambda: done.append(classroom.grade_folder(
+        folder, out, tmp_path / "graders", 60, 1, use_sandbox=False)), daemon=True)  # fmt: skip
+    thread.start()
+    thread.join(timeout=60)
+    assert done, "grading did not end: a FIFO in the class folder was opened"
+    (rows,) = done
+    problems = {row["notebook"]: row["problem"] for row in rows}
+    assert opened == []  # none of them was read to find out what lab it is
+    assert problems["link.ipynb"].startswith("a symbolic link")
+    assert problems["zero.ipynb"].startswith("a symbolic link")
+    assert problems["pipe.ipynb"].startswith("not a regular file")
+    assert problems["folder.ipynb"].startswith("not a regular file")
+    assert "over the 16 MiB" in problems["huge.ipynb"]
+    assert {row["total"] for row in rows} == {0}
+    written = list(csv.DictReader(out.open()))
+    assert sorted(r["notebook"] for r in written) == sorted(problems)
