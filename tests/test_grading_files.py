@@ -74,3 +74,72 @@ def test_links_fifos_folders_and_huge_files_are_rows_of_their_own(tmp_path, monk
     assert {row["total"] for row in rows} == {0}
     written = list(csv.DictReader(out.open()))
     assert sorted(r["notebook"] for r in written) == sorted(problems)
+
+
+POINTS = {"group_advantages": 2.0, "rloo_advantages": 1.0}
+HONEST = {
+    "exercises": [
+        {"name": "group_advantages", "score": 2.0, "possible": 2.0, "failures": [], "hidden": []},
+        {"name": "rloo_advantages", "score": 0.0, "possible": 1.0, "failures": ["case: x"],
+         "hidden": [True]},
+    ],
+    "reports": ["measured: 1"],
+    "cell_errors": [{"cell": "x = 1", "error": "ValueError: no", "traceback": "..."}],
+}  # fmt: skip
+
+
+def _forged(**change) -> dict:
+    import copy
+
+    outcome = copy.deepcopy(HONEST)
+    exercise = outcome["exercises"][0]
+    for key, value in change.items():
+        (outcome if key in ("reports", "cell_errors", "exercises") else exercise)[key] = value
+    return outcome
+
+
+@pytest.mark.parametrize(
+    ("forgery", "reason"),
+    [
+        (_forged(score=8e6), "outside 0 to 2"),
+        (_forged(score="8"), "not numbers"),
+        (_forged(score=float("nan")), "not numbers"),
+        (_forged(score=True), "not numbers"),
+        (_forged(score=-1.0), "outside 0 to 2"),
+        (_forged(possible=8.0, score=8.0), "not what the lab gives"),
+        (_forged(name="bonus"), "does not have"),
+        (_forged(exercises=[HONEST["exercises"][0]] * 2), "does not have, or named twice"),
+        (_forged(extra=1), "fields are not the grader's"),
+        (_forged(failures="case: x"), "failures are not"),
+        (_forged(hidden=[True, False, True]), "failures are not"),
+        (_forged(reports="all good"), "reports are not"),
+        (_forged(cell_errors=[{"cell": 1}]), "cell errors are not"),
+        ({"exercises": "all"}, "no list"),
+    ],
+)
+def test_a_result_that_no_honest_grading_writes_is_refused(forgery, reason):
+    assert classroom.invalid_result(HONEST, POINTS) is None
+    assert reason in classroom.invalid_result(forgery, POINTS)
+
+
+def test_the_result_channel_is_read_no_further_than_its_limit(tmp_path):
+    import subprocess
+    import sys
+
+    flood = "import sys\nwhile True: sys.stdout.write('x' * 65536)"
+    process = subprocess.Popen([sys.executable, "-c", flood], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        out = classroom._bounded_exchange(process, b"{}", timeout_s=60)
+    finally:
+        process.kill()
+        process.wait()
+    assert len(out) == classroom.MAX_RESULT_BYTES + 1  # then the caller ends the process
+    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            classroom._bounded_exchange(silent, b"{}", timeout_s=1)
+    finally:
+        silent.kill()
+        silent.wait()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
 import os
 import shutil
 import signal
@@ -91,16 +92,17 @@ class Grader:
         autograder = self.grader_dir / f"{lab}-autograder.zip"
         if not autograder.is_file():
             return Graded(notebook.name, lab, [], [], f"no lab {lab!r} in {self.grader_dir}")
+        points = lab_exercises(autograder)
         problems = syntax_errors(notebook)
         for _ in range(2):
-            graded = self._run(notebook, lab, autograder)
+            graded = self._run(notebook, lab, autograder, points)
             if "Kernel didn't respond" not in (graded.problem or "") or self._killed:
                 break
         if problems:
             graded.problem = "; ".join([*problems, *([graded.problem] if graded.problem else [])])
         return graded
 
-    def _run(self, notebook: Path, lab: str, autograder: Path) -> Graded:
+    def _run(self, notebook: Path, lab: str, autograder: Path, points: dict[str, float]) -> Graded:
         scratch = Path(tempfile.mkdtemp(prefix="lab-grade-"))
         try:
             (scratch / "home").mkdir()
@@ -129,6 +131,8 @@ class Grader:
         if "exercises" not in outcome:
             error = outcome.get("error") or "the grading process ended without a result"
             return Graded(notebook.name, lab, [], [], f"grading failed: {error}", log)
+        if why := invalid_result(outcome, points):  # nothing from the sandbox is believed unread
+            return Graded(notebook.name, lab, [], [], f"invalid result: {why}", log)
         exercises = [ExerciseResult(**e) for e in outcome["exercises"]]
         errors = outcome.get("cell_errors", [])
         return Graded(notebook.name, lab, exercises, outcome["reports"], None, log, errors)
@@ -160,9 +164,10 @@ class Grader:
                 env=env, cwd=scratch, start_new_session=True,
             )  # fmt: skip
             try:
-                out, _ = self._process.communicate(json.dumps(request).encode(),
-                                                   timeout=self.timeout_s)  # fmt: skip
-                outcome = _last_json(out)
+                out = _bounded_exchange(self._process, json.dumps(request).encode(),
+                                        self.timeout_s)  # fmt: skip
+                outcome = _last_json(out) if len(out) <= MAX_RESULT_BYTES else {
+                    "error": f"its result passed {MAX_RESULT_BYTES // 2**20} MiB"}  # fmt: skip
             except subprocess.TimeoutExpired:
                 self._end()
                 outcome = {"timed_out": True}
@@ -190,6 +195,79 @@ class Grader:
     def kill(self) -> None:
         self._killed = True
         self._end()
+
+
+MAX_RESULT_BYTES = 1 << 20
+"""The most a graded process may write as its result (one JSON line); more is read no further."""
+
+
+def _bounded_exchange(process: subprocess.Popen, request: bytes, timeout_s: float) -> bytes:
+    """Give ``request`` to the process's stdin and read its stdout until it closes, keeping at
+    most ``MAX_RESULT_BYTES + 1`` bytes (a flood stops the reading, and the caller ends the
+    process); ``TimeoutExpired`` after ``timeout_s``."""
+
+    def feed() -> None:
+        with contextlib.suppress(OSError):  # a process that never reads it, or died
+            process.stdin.write(request)
+            process.stdin.close()
+
+    read: list[bytes] = []
+    threading.Thread(target=feed, daemon=True).start()
+    reader = threading.Thread(target=lambda: read.append(process.stdout.read(MAX_RESULT_BYTES + 1)),
+                              daemon=True)  # fmt: skip
+    reader.start()
+    reader.join(timeout_s)
+    if reader.is_alive():
+        raise subprocess.TimeoutExpired(process.args, timeout_s)
+    return read[0]
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _strings(value, most: int) -> bool:
+    return isinstance(value, list) and len(value) <= most and all(isinstance(v, str) for v in value)
+
+
+def invalid_result(outcome: dict, points: dict[str, float]) -> str | None:
+    """Why a graded process's result cannot be a grade of this lab, or None. It must name each
+    exercise at most once and only the lab's own, with a finite score between 0 and what the
+    lab's zip says the exercise is worth, and text where text belongs: a submission that writes
+    its own result line (or breaks ours) gets this reason as its row, and no classmate's row
+    changes."""
+    exercises = outcome.get("exercises")
+    if not isinstance(exercises, list) or len(exercises) > len(points):
+        return "no list of the lab's exercises"
+    seen = set()
+    for exercise in exercises:
+        if not isinstance(exercise, dict) or set(exercise) != {
+            "name", "score", "possible", "failures", "hidden"
+        }:  # fmt: skip
+            return "an exercise's fields are not the grader's"
+        name = exercise["name"]
+        if not isinstance(name, str) or name not in points or name in seen:
+            return f"an exercise the lab does not have, or named twice ({str(name)[:40]!r})"
+        seen.add(name)
+        score, possible = exercise["score"], exercise["possible"]
+        if not (_number(score) and _number(possible) and possible == points[name]):
+            return f"{name}: its points are not numbers, or not what the lab gives"
+        if not 0 <= score <= possible:
+            return f"{name}: a score of {score:g} is outside 0 to {possible:g}"
+        failures, hidden = exercise["failures"], exercise["hidden"]
+        if not _strings(failures, 1000) or not isinstance(hidden, list) or not all(
+            isinstance(h, bool) for h in hidden
+        ) or len(hidden) not in (0, len(failures)):  # fmt: skip
+            return f"{name}: its failures are not the grader's"
+    if not _strings(outcome.get("reports"), 50):
+        return "its reports are not a list of text"
+    errors = outcome.get("cell_errors", [])
+    if not isinstance(errors, list) or not all(
+        isinstance(e, dict) and set(e) == {"cell", "error", "traceback"}
+        and all(isinstance(v, str) for v in e.values()) for e in errors
+    ):  # fmt: skip
+        return "its cell errors are not the grader's"
+    return None
 
 
 def _last_json(out: bytes) -> dict:
