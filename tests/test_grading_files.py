@@ -6,6 +6,7 @@ a spreadsheet. Fast: nothing here starts a kernel or a sandbox."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import threading
 
@@ -143,3 +144,22 @@ def test_the_result_channel_is_read_no_further_than_its_limit(tmp_path):
     finally:
         silent.kill()
         silent.wait()
+
+
+def test_only_a_result_signed_with_the_jobs_key_is_believed():
+    from grpo_minimal.instructor.grading import signed, signed_outcome
+
+    key, other = b"k" * 32, b"o" * 32
+    honest, forged = dict(HONEST), _forged(score=2.0)
+    line = signed(honest, key)
+    assert signed_outcome(f"{line}\n".encode(), key) == honest
+    # a full-marks line written to the channel, signed with no key or another: not believed
+    for fake in (json.dumps(forged), signed(forged, other)):
+        assert signed_outcome(f"{fake}\n".encode(), key) is None
+        assert signed_outcome(f"{line}\n{fake}\n".encode(), key) == honest
+    # an unfinished line before it (the grading process starts its own line) breaks nothing
+    assert signed_outcome(f'{{"broken": \n{line}\n'.encode(), key) == honest
+    # the signature covers the outcome: an edited one is refused
+    edited = json.loads(line)
+    edited["outcome"] = edited["outcome"].replace('"score": 0.0', '"score": 1.0')
+    assert signed_outcome(f"{json.dumps(edited)}\n".encode(), key) is None

@@ -209,6 +209,44 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, m
     assert "hidden case" in wrong and len(shown) < len(inputs)  # the instructor sees them all
 
 
+def _forger(points: dict[str, float]) -> str:
+    """A lab 01 cell that writes a full-marks result to the pipe the grader reads, through
+    bwrap's init (pid 1, which holds it), then an unfinished line that would break the grading
+    process's own; its function is a stub."""
+    forged = json.dumps({"exercises": [
+        {"name": n, "score": p, "possible": p, "failures": [], "hidden": []}
+        for n, p in points.items()], "reports": [], "cell_errors": []})  # fmt: skip
+    return (f"with open('/proc/1/fd/1', 'w') as channel:\n"
+            f"    channel.write({forged!r} + '\\n' + '{{\"broken\": ')\n"
+            "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
+            "    return rewards * 0")  # fmt: skip
+
+
+@needs_bwrap
+def test_a_result_forged_through_the_sandboxs_init_scores_nothing(grader, tmp_path, monkeypatch):
+    """Graded as an ordinary user, the sandbox is a user namespace whose init runs as the
+    learner's kernel does, so the kernel can open init's stdout: the channel the grading process
+    writes its result to. Built that way here (as root: no job user id), a stub that writes a
+    full-marks line there scores what a stub scores; the right notebook beside it, full marks."""
+    from grpo_minimal.instructor.classroom import grade_folder
+    from grpo_minimal.instructor.grading import lab_exercises
+
+    monkeypatch.setattr(sandbox, "job_uid", lambda slot: None)  # the ordinary user's sandbox
+    folder = tmp_path / "class"
+    folder.mkdir()
+    student = ROOT / STUDENT_DIR / f"{LAB}.ipynb"
+    points = lab_exercises(grader / f"{LAB}-autograder.zip")
+    filled_lab(student, {0: _forger(points)}, folder / "forges.ipynb")
+    filled_lab(student, {0: "def group_advantages(rewards, num_generations, "
+                            "scale_rewards='group', eps=1e-4):\n    return rewards * 0"},
+               folder / "stub.ipynb")  # fmt: skip
+    filled_lab(student, dict(PACKAGE_ANSWERS_01), folder / "right.ipynb")
+    rows = {row["notebook"]: row for row in grade_folder(
+        folder, tmp_path / "out" / "grades.csv", grader, TIMEOUT_S, jobs=2)}  # fmt: skip
+    assert rows["right.ipynb"]["total"] == sum(points.values()), rows["right.ipynb"]
+    assert rows["forges.ipynb"]["total"] == rows["stub.ipynb"]["total"] < 8, rows["forges.ipynb"]
+
+
 def test_hidden_cases_show_name_hint_and_exception_line_only():
     message = (
         "\n  case:     binary rewards\n  input:    tensor([1.0, 0.0]), 2\n"

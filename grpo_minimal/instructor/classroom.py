@@ -19,6 +19,7 @@ import csv
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import stat
@@ -42,6 +43,7 @@ from grpo_minimal.instructor.grading import (
     lab_exercises,
     lab_name,
     lab_tests,
+    signed_outcome,
     syntax_errors,
 )
 from grpo_minimal.labs.checking import GRADING_ENV
@@ -164,10 +166,14 @@ class Grader:
                 env=env, cwd=scratch, start_new_session=True,
             )  # fmt: skip
             try:
-                out = _bounded_exchange(self._process, json.dumps(request).encode(),
-                                        self.timeout_s)  # fmt: skip
-                outcome = _last_json(out) if len(out) <= MAX_RESULT_BYTES else {
-                    "error": f"its result passed {MAX_RESULT_BYTES // 2**20} MiB"}  # fmt: skip
+                key = secrets.token_bytes(32)  # signs the one result this job believes
+                out = _bounded_exchange(self._process, json.dumps(
+                    {**request, "result_key": key.hex()}).encode(), self.timeout_s)  # fmt: skip
+                if len(out) > MAX_RESULT_BYTES:
+                    outcome = {"error": f"its result passed {MAX_RESULT_BYTES // 2**20} MiB"}
+                elif (outcome := signed_outcome(out, key)) is None:
+                    outcome = {"error": "no result signed by its grading process (a forged or "
+                               "broken result line?)"}  # fmt: skip
             except subprocess.TimeoutExpired:
                 self._end()
                 outcome = {"timed_out": True}
@@ -268,15 +274,6 @@ def invalid_result(outcome: dict, points: dict[str, float]) -> str | None:
     ):  # fmt: skip
         return "its cell errors are not the grader's"
     return None
-
-
-def _last_json(out: bytes) -> dict:
-    for line in reversed(out.decode(errors="replace").splitlines()):
-        with contextlib.suppress(ValueError):
-            value = json.loads(line)
-            if isinstance(value, dict):
-                return value
-    return {}
 
 
 def _kill_tree(pid: int) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import ctypes
+import hmac
 import io
 import json
 import os
@@ -320,6 +321,13 @@ def _graded_process() -> None:
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     try:
         request = json.loads(sys.stdin.read())  # never on disk, where the kernel could read it
+        # read before any kernel starts, kept in this process alone (not dumpable): what signs
+        # the result, so a line a submission writes to the channel is not taken for it
+        key = bytes.fromhex(request.pop("result_key"))
+    except BaseException as error:
+        out.write(f"\nno request: {type(error).__name__}\n")
+        return
+    try:
         exercises, reports, errors = grade_notebook_file(
             Path(request["notebook"]), Path(request["grader_dir"]), request.get("tests")
         )
@@ -329,8 +337,27 @@ def _graded_process() -> None:
         traceback.print_exc()
         first = (str(error).strip().splitlines() or [""])[0][:200]
         outcome = {"error": f"{type(error).__name__}: {first}".rstrip(": ")}
-    out.write(json.dumps(outcome) + "\n")
+    out.write("\n" + signed(outcome, key) + "\n")  # on a line of its own, whatever came before
     out.flush()
+
+
+def signed(outcome: dict, key: bytes) -> str:
+    """The result line: the outcome's JSON and its HMAC-SHA256 under the job's key."""
+    text = json.dumps(outcome)
+    return json.dumps({"outcome": text, "hmac": hmac.new(key, text.encode(), "sha256").hexdigest()})
+
+
+def signed_outcome(out: bytes, key: bytes) -> dict | None:
+    """The last line of ``out`` signed with ``key``, as the outcome it carries; None when no line
+    is (the graded process wrote none, or a submission forged or broke it)."""
+    for line in reversed(out.decode(errors="replace").splitlines()):
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+            record = json.loads(line)
+            expected = hmac.new(key, record["outcome"].encode(), "sha256").hexdigest()
+            if hmac.compare_digest(expected, record["hmac"]):
+                outcome = json.loads(record["outcome"])
+                return outcome if isinstance(outcome, dict) else None
+    return None
 
 
 
