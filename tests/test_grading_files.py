@@ -163,3 +163,35 @@ def test_only_a_result_signed_with_the_jobs_key_is_believed():
     edited = json.loads(line)
     edited["outcome"] = edited["outcome"].replace('"score": 0.0', '"score": 1.0')
     assert signed_outcome(f"{json.dumps(edited)}\n".encode(), key) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="job user ids are drawn only when grading as root")
+def test_a_job_never_grades_as_a_user_id_that_is_taken(monkeypatch):
+    """Job k grades as user id 61000 + k: never one that is an account's, or a live process's
+    (one left by a grading that crashed)."""
+    import pwd
+    import subprocess
+    import time
+
+    from grpo_minimal.instructor import sandbox
+
+    assert sandbox.uid_in_use(0)  # root's account
+    account = sandbox.SANDBOX_UID_BASE + 990  # as if an account had that id
+    real = pwd.getpwuid
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: real(0) if uid == account else real(uid))
+    running = sandbox.SANDBOX_UID_BASE + 991  # no account, but a process of it is alive
+    sleeper = subprocess.Popen(["setpriv", f"--reuid={running}", f"--regid={running}",
+                                "--clear-groups", "sleep", "60"])  # fmt: skip
+    try:
+        for _ in range(200):  # until setpriv has become that user
+            if sandbox.uid_in_use(running):
+                break
+            time.sleep(0.05)
+        assert sandbox.uid_in_use(account) and sandbox.uid_in_use(running)
+        assert not sandbox.uid_in_use(sandbox.SANDBOX_UID_BASE + 992)
+        slot, lock = sandbox.claim_slot(set(range(990)))  # every lower job number busy
+        lock.close()
+        assert slot == 992
+    finally:
+        sleeper.kill()
+        sleeper.wait()

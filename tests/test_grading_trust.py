@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -371,6 +372,66 @@ def test_what_is_bound_back_is_readable_inside_private_folders(tmp_path):
     if lock is not None:
         lock.close()
     assert done.returncode == 0 and done.stdout == "hello", done.stderr
+
+
+PROBE = """
+import json, os, socket, sys
+seen = {"root": sorted(os.listdir("/")), "groups": os.getgroups()}
+for path in sys.argv[2:]:
+    try:
+        seen[path] = open(path).read()
+    except OSError as error:
+        seen[path] = type(error).__name__
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5).close()
+    seen["network"] = "connected"
+except OSError as error:
+    seen["network"] = type(error).__name__
+seen["interfaces"] = sorted(line.split(":")[0].strip()  # this process's network namespace
+                           for line in open("/proc/net/dev").read().splitlines()[2:])
+print(json.dumps(seen))
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", ["root", "ordinary user"])
+def test_the_sandbox_holds_only_its_allow_list_and_no_network(mode, tmp_path, monkeypatch):
+    """Graded as root or as an ordinary user (a user namespace: built so here as root), the
+    graded process sees the system's programs and libraries, Python and the package, and
+    nothing else: not the instructor's other files (a private copy of the graders), not /run
+    (the user's session sockets), not /home or /var; and no network (a server listening on
+    the machine's loopback cannot be reached)."""
+    if mode == "ordinary user":
+        monkeypatch.setattr(sandbox, "job_uid", lambda slot: None)
+    elsewhere = tmp_path / "elsewhere"  # an instructor's folder that is no part of grading
+    elsewhere.mkdir()
+    (elsewhere / "graders-copy.txt").write_text("seed 12345")
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    slot, lock = sandbox.claim_slot()
+    if (uid := sandbox.job_uid(slot)) is not None:
+        os.chown(scratch, uid, uid)
+    files = [str(elsewhere / "graders-copy.txt"), "/etc/hostname"]
+    argv = sandbox.command([sys.executable, "-c", PROBE, str(listening.getsockname()[1]), *files],
+                           scratch, [ROOT], sandbox.readable_folders(), {"PATH": "/usr/bin:/bin"},
+                           slot)  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    finally:
+        listening.close()
+        if lock is not None:
+            lock.close()
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen[files[0]] == "FileNotFoundError"  # not there at all
+    assert seen["/etc/hostname"] == Path("/etc/hostname").read_text()  # the system's part is
+    assert not {"run", "home", "var", "srv", "mnt", "opt"} & set(seen["root"]), seen["root"]
+    assert seen["network"] != "connected" and seen["interfaces"] == ["lo"], seen
+    if mode == "root":
+        assert seen["groups"] in ([], [sandbox.job_uid(slot)])  # no supplementary group
 
 
 @pytest.mark.parametrize("broken", ["missing", "does not start"])

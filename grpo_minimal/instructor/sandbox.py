@@ -1,10 +1,12 @@
 """One submission's sandbox: bubblewrap (``bwrap``) around the process that grades it.
 
-Inside, the submission's kernel sees the file system read-only, with the instructor's folders
-(home, working folder, the class folder, the graders, the output) replaced by empty ones; what
-grading needs is put back read-only (Python, the package and its shipped data, the one lab's
-autograder zip); the only writable places are its own scratch folder and an empty ``/tmp`` that
-ends with it. It has no network (a loopback of its own, for the kernel's sockets), no view of
+Inside, the submission's kernel sees only what is bound in from an allow-list, read-only: the
+system's programs and libraries (``/usr``, ``/etc``, ``/sys`` and the links into ``/usr``), Python,
+and the package with its shipped data. Nothing else of the machine is there: no ``/home``, no
+``/root``, no ``/run`` (the user's D-Bus and systemd sockets), no ``/var``, none of the instructor's
+folders; the instructor's folders that lie inside a bound one (a class folder in a checkout) are
+emptied. The only writable places are its own scratch folder and an empty ``/tmp`` that ends
+with it. It has no network (a loopback of its own, for the kernel's sockets), no view of
 other processes (a process-id namespace of its own), a bare environment, and limits on processes,
 memory and file size. Every process it starts lives in its process-id namespace, so all of them
 end when the grading process ends or is killed (``--die-with-parent``), double forks and new
@@ -18,6 +20,7 @@ does that, and the process limit counts that namespace's processes alone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -56,6 +59,26 @@ CLAIMED_UIDS: set[int] = set()
 """Every user id a job of this process has graded as (what the tests look for afterwards)."""
 
 
+def uid_in_use(uid: int) -> bool:
+    """Whether ``uid`` belongs to an account, or to a process running now (one left by a grading
+    that crashed, say): a job never grades as a user id that is not free."""
+    import pwd
+
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        pass
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError):
+            for line in status.read_text().splitlines():
+                if line.startswith("Uid:"):
+                    if str(uid) in line.split()[1:]:
+                        return True
+                    break
+    return False
+
+
 def claim_slot(taken: set[int] = frozenset()) -> tuple[int, object | None]:
     """A job number that no other grading on this machine uses now, and the open lock file that
     holds it (close it to free the number). As root a job's number is its user id, and the
@@ -68,7 +91,7 @@ def claim_slot(taken: set[int] = frozenset()) -> tuple[int, object | None]:
 
     SLOT_LOCKS.mkdir(mode=0o700, exist_ok=True)
     for slot in range(1000):
-        if slot in taken:
+        if slot in taken or uid_in_use(SANDBOX_UID_BASE + slot):
             continue
         handle = open(SLOT_LOCKS / f"slot-{slot}.lock", "a")  # noqa: SIM115
         try:
@@ -99,25 +122,47 @@ def readable_folders() -> list[Path]:
 
 SYSTEM_FOLDERS = {Path(p) for p in ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev",
                                    "/proc", "/sys", "/run", "/var", "/opt")}  # fmt: skip
-"""Folders the system runs from: never emptied, even when the instructor works in one."""
+"""Folders the system runs from: never emptied over what is bound in, even when the instructor
+works in one."""
+
+
+SYSTEM_BINDS = ("/usr", "/etc", "/sys")
+"""Bound in read-only: programs, libraries, the system's settings and the CPU's description
+(torch reads it). /etc holds no one's secrets that its modes do not already guard."""
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+"""Links into /usr on merged-/usr systems (Debian 12, Ubuntu), folders on older ones."""
+
+
+def system_binds() -> list[str]:
+    """bwrap's arguments for the system's part of the allow-list, as this machine lays it out."""
+    args = []
+    for folder in SYSTEM_BINDS:
+        if os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    for path in SYSTEM_LINKS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
 
 
 def _within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def _bind_back(path: Path, emptied: list[Path], made: set[Path], flag: str) -> list[str]:
-    """``flag path path``, after the folders between the emptied folder that holds it and the
-    path, made readable by the graded user (bwrap would copy the originals' modes, and
-    /root/.pyenv or pytest's temporary root are 0700)."""
-    inside = [h for h in emptied if _within(path, h) and path != h]
+def _bind(path: Path, bound: list[Path], made: set[Path], flag: str) -> list[str]:
+    """``flag path path``, after the folders above it that the sandbox lacks, made traversable
+    by the graded user (bwrap would copy the originals' modes, and /root, /root/.pyenv or
+    pytest's temporary root are 0700). ``bound`` are the folders already bound in (whatever is
+    inside them is there already); ``path`` joins them."""
     args = []
-    if inside:
-        top = max(inside, key=lambda h: len(h.parts))
-        for parent in reversed(path.parents):
-            if _within(parent, top) and parent != top and parent not in made:
-                args += ["--perms", "0755", "--dir", str(parent)]
-                made.add(parent)
+    for parent in reversed(path.parents):
+        if parent == Path("/") or parent in made or any(_within(parent, b) for b in bound):
+            continue
+        args += ["--perms", "0755", "--dir", str(parent)]
+        made.add(parent)
+    bound.append(path)
     return [*args, flag, str(path), str(path)]
 
 
@@ -130,28 +175,24 @@ def command(
     slot: int,
     limits: Limits = Limits(),
 ) -> list[str]:
-    """The command line that runs ``argv`` sandboxed: ``scratch`` writable, ``hidden`` folders
-    emptied, ``readable`` files and folders bound back read-only (after the hiding, so a folder
-    inside a hidden one is seen), then any hidden folder inside those hidden again."""
+    """The command line that runs ``argv`` sandboxed: the system's allow-list and ``readable``
+    files and folders bound in read-only, ``scratch`` writable, and any ``hidden`` folder (the
+    instructor's) that lies inside a folder bound in emptied. Nothing else of the machine is
+    there."""
     scratch = scratch.resolve()
     hidden = sorted({h.resolve() for h in hidden} - SYSTEM_FOLDERS, key=lambda p: len(p.parts))
     readable = sorted({r.resolve() for r in readable}, key=lambda p: len(p.parts))
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args = ["bwrap", *system_binds(), "--dev", "/dev", "--proc", "/proc"]
     args += ["--perms", "1777", "--tmpfs", "/tmp"]  # everyone's, as a system's /tmp is
-    for folder in hidden:
-        if not _within(folder, Path("/tmp")) and folder.is_dir():
-            args += ["--tmpfs", str(folder)]
-    # the folders replaced by an empty tmpfs: /tmp, and the hidden ones outside it (a hidden
-    # folder inside /tmp is gone with it, and is not a mount of its own)
-    emptied = [*[h for h in hidden if h.is_dir() and not _within(h, Path("/tmp"))], Path("/tmp")]
+    bound = [Path(p) for p in SYSTEM_BINDS]  # what is inside these is there already
     made: set[Path] = set()
     for path in readable:
-        if path.exists() and any(_within(path, h) and path != h for h in emptied):
-            args += _bind_back(path, emptied, made, "--ro-bind")
-    for folder in hidden:  # hidden again where a folder bound back holds it
+        if path.exists() and not any(_within(path, b) for b in bound):
+            args += _bind(path, bound, made, "--ro-bind")
+    for folder in hidden:  # an instructor's folder inside a folder bound in is emptied
         if folder.is_dir() and any(_within(folder, r) and folder != r for r in readable):
             args += ["--tmpfs", str(folder)]
-    args += [*_bind_back(scratch, emptied, made, "--bind"), "--chdir", str(scratch)]
+    args += [*_bind(scratch, bound, made, "--bind"), "--chdir", str(scratch)]
     uid = job_uid(slot)
     if uid is None:  # an unprivileged bwrap: a user namespace of its own
         args += ["--unshare-all"]
