@@ -195,3 +195,19 @@ def test_a_job_never_grades_as_a_user_id_that_is_taken(monkeypatch):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_lab_grade_says_in_one_line_what_its_limits_do_not_bound(tmp_path, capsys):
+    import argparse
+
+    from grpo_minimal.instructor import commands, sandbox
+
+    if sandbox.missing_tools() or sandbox.probe():
+        pytest.skip("needs a working bubblewrap sandbox (.ci/run installs it)")
+    (tmp_path / "a.ipynb").write_text("{}")
+    args = argparse.Namespace(folder=str(tmp_path), grader=str(tmp_path), timeout=60, jobs=1,
+                              no_sandbox=False)  # fmt: skip
+    commands.prepare_lab_grade(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [commands.PER_PROCESS_LIMITS]
+    assert "not per job" in err[0] and "shared memory" in err[0]

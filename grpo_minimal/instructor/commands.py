@@ -67,7 +67,16 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
             f"--no-sandbox: the bubblewrap sandbox does not start here ({why}); without one, "
             "--no-sandbox grades trusting every submission (instructor guide, 'Grading')"
         )
+    if not args.no_sandbox:  # what the sandbox does not bound, said before grading starts
+        print(PER_PROCESS_LIMITS, file=sys.stderr)
     return folder
+
+
+PER_PROCESS_LIMITS = (
+    "lab grade: limits are per process (prlimit), not per job: a submission's shared memory, "
+    "/tmp and scratch disk and its CPU share are not bounded (no cgroup is set up); grade a class "
+    "you do not trust inside a VM or container with limits of its own (instructor guide, 'Grading')"
+)
 
 
 def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
