@@ -238,14 +238,13 @@ def test_a_result_forged_through_the_sandboxs_init_scores_nothing(grader, tmp_pa
     student = ROOT / STUDENT_DIR / f"{LAB}.ipynb"
     points = lab_exercises(grader / f"{LAB}-autograder.zip")
     filled_lab(student, {0: _forger(points)}, folder / "forges.ipynb")
-    filled_lab(student, {0: "def group_advantages(rewards, num_generations, "
-                            "scale_rewards='group', eps=1e-4):\n    return rewards * 0"},
-               folder / "stub.ipynb")  # fmt: skip
     filled_lab(student, dict(PACKAGE_ANSWERS_01), folder / "right.ipynb")
     rows = {row["notebook"]: row for row in grade_folder(
         folder, tmp_path / "out" / "grades.csv", grader, TIMEOUT_S, jobs=2)}  # fmt: skip
     assert rows["right.ipynb"]["total"] == sum(points.values()), rows["right.ipynb"]
-    assert rows["forges.ipynb"]["total"] == rows["stub.ipynb"]["total"] < 8, rows["forges.ipynb"]
+    # what its stub earns (zeros are wrong everywhere), with its own failures: the real result
+    assert rows["forges.ipynb"]["total"] == 0, rows["forges.ipynb"]
+    assert rows["forges.ipynb"]["group_advantages first failure"], rows["forges.ipynb"]
 
 
 def test_hidden_cases_show_name_hint_and_exception_line_only():
