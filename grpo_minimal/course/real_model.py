@@ -4,7 +4,8 @@ fetched by ``grpo-minimal fetch smollm2-135m``, trained on ``chat_arithmetic`` o
 ``run`` trains one seed on one backend from the fetched model and scores it on the held-out
 rows; ``scored`` is that score (greedy accuracy, each row's verdict, the first completions as
 text); ``summary`` reads the committed runs: per backend, the accuracy before and after, and the
-paired difference over seeds with its Student-t interval (``stats.t_interval``).
+paired difference over seeds with its Student-t interval (``stats.t_interval``);
+``gguf_tensor_types`` reads what a GGUF file stores each tensor as, from its tensor table.
 """
 
 from __future__ import annotations
@@ -30,6 +31,30 @@ SHOWN = 8
 KEPT = ("step", "train_s", "step_s", "reward_mean", "frac_zero_std", "completion_length",
         "truncated_fraction", "eval_accuracy", "peak_memory_mb")  # fmt: skip
 """The history fields a run keeps (one record per step)."""
+
+
+def gguf_tensor_types(path) -> dict[str, dict]:
+    """What a GGUF file stores its tensors as, read from the file's tensor table with the
+    ``gguf`` package (the ``fetch`` extra): per storage type (``Q4_1``, ``Q8_0``, ``F32``, ...)
+    the number of tensors, of parameters and of bytes, the share of all parameters, the bits
+    stored per parameter, and the names of the first tensors. A GGUF file's name says its main
+    type only: the types differ per tensor."""
+    import gguf
+
+    table: dict[str, dict] = {}
+    for tensor in gguf.GGUFReader(str(path)).tensors:
+        row = table.setdefault(tensor.tensor_type.name,
+                               {"tensors": 0, "parameters": 0, "bytes": 0, "names": []})  # fmt: skip
+        row["tensors"] += 1
+        row["parameters"] += int(tensor.n_elements)
+        row["bytes"] += int(tensor.n_bytes)
+        if len(row["names"]) < 3:
+            row["names"].append(tensor.name)
+    total = sum(row["parameters"] for row in table.values())
+    for row in table.values():
+        row["share"] = row["parameters"] / total
+        row["bits_per_parameter"] = 8 * row["bytes"] / row["parameters"]
+    return dict(sorted(table.items(), key=lambda item: -item[1]["parameters"]))
 
 
 def scored(model, tokenizer, rows: Sequence[dict], cfg: MathConfig) -> dict:
