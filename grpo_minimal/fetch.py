@@ -72,7 +72,7 @@ FETCHABLE_MODELS = {
         precision="a GGUF file named Q4_1 but not all 4-bit: its 210 weight matrices are Q4_1 "
         "(4-bit), the embedding matrix the output layer shares (21% of the parameters) Q8_0 "
         "(8-bit), the norms float32; dequantized to float32, so training starts from these "
-        "rounded weights, not from the original bfloat16 checkpoint",
+        "rounded weights, not from the weights of the original checkpoint",
         license="Apache-2.0",
     ),
 }
