@@ -19,7 +19,7 @@ from grpo_minimal.labs.checking import CheckFailed
 
 GRADER_SEEDS = (1, 12_345)
 
-GRADER_SECRET = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(48))
+GRADER_SECRET = int(os.environ.get("GRPO_GRADER_SECRET") or secrets.randbits(128))
 """The secret the lab builds of the tests draw from (as `lab build` draws one: no file can hold it
 already), unless GRPO_GRADER_SECRET repeats a run's; the tests that use it print it."""
 

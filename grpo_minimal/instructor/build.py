@@ -45,11 +45,18 @@ GRADER_DIR = Path("build/labs")
 SEED_PLACEHOLDER = "GRADER_SEED"
 
 
+SECRET_BITS = 128
+"""The instructor's secret: drawn with this many bits (guessing it is out of reach)."""
+SEED_BITS = 63
+"""A lab's seed: as wide as torch's generators take (64 bits, unsigned), less one bit so that
+the checks' small offsets (``seed + 100``) stay in range."""
+
+
 def lab_seed(secret: int, lab: str) -> int:
-    """Lab ``lab``'s grader seed: 48 bits of HMAC-SHA256(secret, lab). Knowing one lab's seed
-    tells nothing of another's, nor of the secret."""
+    """Lab ``lab``'s grader seed: ``SEED_BITS`` bits of HMAC-SHA256(secret, lab). Knowing one
+    lab's seed tells nothing of another's, nor of the secret."""
     digest = hmac.new(str(secret).encode(), lab.encode(), hashlib.sha256).digest()
-    return int.from_bytes(digest[:6], "big")
+    return int.from_bytes(digest[:8], "big") >> (64 - SEED_BITS)
 
 
 def lab_sources(source_dir: Path = SOURCE_DIR, only: str | None = None) -> list[Path]:
@@ -209,7 +216,7 @@ def build_labs(
     sources = lab_sources(source_dir, only)
     if not force:
         refuse_to_overwrite(student_dir, sources)
-    seed = secrets.randbits(48) if seed is None else seed
+    seed = secrets.randbits(SECRET_BITS) if seed is None else seed
     student_dir.mkdir(parents=True, exist_ok=True)
     (grader_dir / "solutions").mkdir(parents=True, exist_ok=True)
     names = []
