@@ -8,9 +8,10 @@ Each seed trains the fetched model with ``MathConfig.MODEL_DEFAULTS["smollm2-135
 with this package's trainer, then with TRL's ``GRPOTrainer`` given at most the same steps and the
 same training seconds (``time_budget_s``: the first run's; the clock is read after each step, so
 TRL's last step may run past it): the two compare at equal time. Both are scored greedily on the
-``chat_arithmetic`` **test** split (60 problems in no other split), which decides nothing here:
-the prompt, temperature, learning rate and steps were chosen on the train and validation splits
-(``bench/README.md``). The starting model is scored once (greedy is deterministic).
+``chat_arithmetic`` **test** split (60 problems in no other split). No setting was tuned on it,
+but it is not untouched: the first probe that picked the prompt and temperature predates the
+splits, and some of its problems are now test problems; the learning rate is the one value
+tried, and the steps were read off one validation run (``bench/README.md``, ``data/README.md``). The starting model is scored once (greedy is deterministic).
 
 Results go to ``bench/results/real_model.json`` (notebook 11 reads it), one run at a time, each
 stamped with the machine, the date, torch threads and library versions; each keeps every test

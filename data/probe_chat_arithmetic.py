@@ -27,8 +27,8 @@ samples per problem at each temperature, sampled as training samples them
 all with at most 32 new tokens (training's ``max_completion_length``). Each cell reports:
 greedy accuracy; sampled accuracy; the share of problems whose samples are mixed; the share of
 completions cut at 32 tokens before their end-of-turn token. Answers are scored by
-``rewards.accuracy_reward`` (the training reward). Grid, to keep the run near 5 minutes on 2
-cores: every prompt at temperature 0.7 on the task's kinds; ``final`` at 0.7 and 1.0 on every
+``rewards.accuracy_reward`` (the training reward). Grid (the committed run took 1,181 s on 2 cores
+that other jobs shared): every prompt at temperature 0.7 on the task's kinds; ``final`` at 0.7 and 1.0 on every
 kind. Training samples 8 per problem, not 4: a group of 8 is mixed at least as often as a group of 4.
 """
 
