@@ -47,6 +47,7 @@ import torch
 import transformers
 
 from grpo_minimal.completions import sample_completions, truncated_fraction
+from grpo_minimal.course.stats import wilson_interval
 from grpo_minimal.data import load_chat_arithmetic
 from grpo_minimal.lm_model import eos_token_ids, format_prompt, load_model
 from grpo_minimal.rewards import accuracy_reward
@@ -118,7 +119,8 @@ def measure(model, tokenizer, rows, prompt, temperature, samples, seed) -> dict:
     if G > 1:
         mixed = [float(0 < k < G) for k in per_problem]
         cell["mixed_groups"] = round(sum(mixed) / len(mixed), 4)
-        cell["mixed_interval"] = [round(x, 4) for x in bootstrap(mixed)[1:]]
+        # Wilson's interval: a bootstrap of 16 yes/no outcomes collapses to a point at 0 of 16
+        cell["mixed_interval"] = [round(x, 4) for x in wilson_interval(int(sum(mixed)), len(mixed))[1:]]
     return cell
 
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grpo_minimal.course.stats import bootstrap_ci, t_interval, t_quantile
+from grpo_minimal.course.stats import bootstrap_ci, t_interval, t_quantile, wilson_interval
 
 
 def test_constant_samples_give_a_point_interval():
@@ -95,3 +95,22 @@ def test_t_interval_holds_its_mean_and_widens_with_confidence(values, confidence
     assert low <= mean <= high
     wider = t_interval(values, (1 + confidence) / 2)
     assert wider[1] <= low + 1e-12 and high <= wider[2] + 1e-12
+
+
+def test_wilson_interval_hand_computed():
+    # z = 1.959964, z^2 / n = 0.240091 for n = 16. 0 of 16: centre = (z^2 / 32) / 1.240091 =
+    # 0.096805 and half = (z / 1.240091) sqrt(z^2 / 1024) = 0.096805. 8 of 16: centre 0.5 and
+    # half = 1.580502 * sqrt(1 / 64 + z^2 / 1024) = 0.220004
+    share, low, high = wilson_interval(0, 16)
+    assert (share, low) == (0.0, 0.0) and high == pytest.approx(0.193610, abs=1e-5)
+    share, low, high = wilson_interval(8, 16)
+    assert share == 0.5
+    assert (low, high) == pytest.approx((0.279996, 0.720004), abs=1e-5)
+    assert wilson_interval(16, 16)[1] == pytest.approx(1 - 0.193610, abs=1e-5)
+
+
+@given(st.integers(1, 200).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))))
+def test_wilson_interval_holds_its_share_and_stays_in_0_1(counts):
+    share, low, high = wilson_interval(*counts)
+    assert 0.0 <= low <= share <= high <= 1.0
+    assert low < high  # never a point, even at 0 or n successes

@@ -1,5 +1,6 @@
-"""Comparisons over seeds: a percentile bootstrap interval for a statistic or a ratio of two, and
-Student's t interval for the mean of a few seeds' paired differences (notebook 11).
+"""Comparisons over seeds: a percentile bootstrap interval for a statistic or a ratio of two,
+Student's t interval for the mean of a few seeds' paired differences (notebook 11), and Wilson's
+interval for a share of a few yes/no outcomes (notebook 11's probe).
 
 With a handful of seeds per method, a difference in medians means little without an interval.
 Notebook 03 and ``bench/ppo_vs_grpo.py`` report every GRPO / PPO ratio with one (equations
@@ -117,3 +118,27 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     mean = float(x.mean())
     half = t_quantile((1.0 + confidence) / 2.0, x.size - 1) * float(x.std(ddof=1)) / np.sqrt(x.size)
     return mean, mean - half, mean + half
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(share, low, high)``: the share ``p = successes / n`` of yes/no outcomes and its Wilson
+    score interval (Wilson, 1927), with ``z`` the normal quantile at ``(1 + confidence) / 2``:
+
+        (p + z^2 / 2n  +-  z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n)
+
+    For a share of a few problems (16 a cell in notebook 11's probe): where a percentile
+    bootstrap collapses to a point at 0 or n successes, this does not (0 of 16: [0, 0.194]).
+    """
+    from statistics import NormalDist
+
+    if not 0 <= successes <= n or n < 1:
+        raise ValueError(f"wilson_interval needs 0 <= successes <= n, n >= 1; got {successes}, {n}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    z = NormalDist().inv_cdf((1.0 + confidence) / 2.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    low = 0.0 if successes == 0 else float(centre - half)  # exactly, where rounding would not
+    high = 1.0 if successes == n else float(centre + half)
+    return p, low, high
