@@ -60,13 +60,14 @@ def test_make_book_runs_the_command_this_test_builds_with():
 
 
 def _offline(command: list[str], writable: Path) -> list[str]:
-    """The command in a network namespace of its own, the checkout read-only, where bwrap is."""
+    """The command in a network namespace of its own, everything read-only but ``writable``
+    (the checkout may itself lie under /tmp), where bwrap is."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return command
     return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
-            "--tmpfs", "/tmp", "--bind", str(writable), str(writable), "--die-with-parent",
-            *command]  # fmt: skip
+            "--bind", str(writable), str(writable), "--setenv", "TMPDIR", str(writable),
+            "--die-with-parent", *command]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
