@@ -25,18 +25,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from test_browser import CHROMIUM, CHROMIUM_ARGS  # the widget test's browser, as it starts it
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 COURSE = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
 LABS = sorted(p.stem for p in (ROOT / "notebooks" / "labs").glob("*.ipynb"))
 # Sphinx's own pages (search, index) and its copies of the sources are not course pages
