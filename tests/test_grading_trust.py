@@ -265,8 +265,25 @@ def test_hidden_cases_show_name_hint_and_exception_line_only():
     otter_style = (
         "Traceback (most recent call last):\n  File \"x\"\n    f()\nKeyError: 'seed=1234'\nmore"
     )
-    shown = learner_message(otter_style, hidden=True)
-    assert shown.strip().startswith("raised KeyError: 'seed=1234'") and "more" not in shown
+    shown = learner_message(otter_style, hidden=True)  # its numbers hidden: they may be inputs
+    assert shown.strip().startswith("raised KeyError: 'seed=#'") and "more" not in shown
+    assert learner_message(otter_style, hidden=False).strip().startswith("raised KeyError: 'seed=1234'")
+
+
+def test_a_learners_exception_cannot_carry_a_hidden_input_into_its_feedback():
+    """A learner's code may raise with the hidden input in its text, on the first line or on a
+    line dressed as the hint: of a hidden case the feedback keeps the checker's hint and the
+    exception's type and words, not the numbers."""
+    from grpo_minimal.labs.checking import failure
+
+    drawn = "tensor([3.25, 7.5, 0.125])"
+    for text in (f"raised ValueError: {drawn}", f"raised ValueError: x\n  hint: {drawn}",
+                 f"raised ValueError: x\n            (line 3 of your code: {drawn})"):  # fmt: skip
+        message = str(failure("a hidden case", drawn, 1.0, text, "the checker's own hint"))
+        shown = learner_message(message, hidden=True)
+        assert "3.25" not in shown and "7.5" not in shown and "0.125" not in shown, shown
+        assert "the checker's own hint" in shown and "raised ValueError" in shown
+        assert learner_message(message, hidden=False).count("hint:") == 1
 
 
 def test_checks_run_after_the_whole_notebook():

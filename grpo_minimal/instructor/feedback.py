@@ -79,31 +79,56 @@ _FIELDS = ("case", "input", "expected", "got", "largest difference", "hint", "al
 """The fields of a ``CheckFailed`` message (``labs.checking.failure``), one line each."""
 
 
+_NUMBER = re.compile(r"\d+")
+
+
 def learner_message(message: str, hidden: bool) -> str:
     """What a learner is shown of a failing check. Of a public case: its fields. Of a hidden
     case: its name, its hint and what the code raised, never the drawn input, the expected
     value or what came back. Of an exception, either way: its type and first line (at most 200
     characters) and the learner's line that raised it; the rest of its text (which the code
-    chose: the hidden tests' text, say) is not shown."""
+    chose: the hidden tests' text, say) is not shown.
+
+    The learner's text sits between the ``got:`` line and the checker's last ``hint:`` line
+    (``labs.checking.failure`` writes the fields in that order), so a line there that looks
+    like a field (``"x\n  hint: " + repr(inputs)``) is taken for what it is: the learner's.
+    Of a hidden case, every number in what the learner's code raised is shown as ``#``: its
+    text may carry the hidden input."""
+    lines = message.strip("\n").splitlines()
+    fields = [line.strip().split(":", 1)[0] for line in lines]
+    got_at = fields.index("got") if "got" in fields else None
+    hint_at = len(fields) - 1 - fields[::-1].index("hint") if "hint" in fields else len(lines)
     kept: list[str] = []
-    for line in message.strip("\n").splitlines():
-        stripped = line.strip()
-        name = stripped.split(":", 1)[0]
-        if name in _FIELDS:
+    for index, line in enumerate(lines):
+        stripped, name = line.strip(), fields[index]
+        learners = got_at is not None and got_at < index < hint_at
+        if stripped.startswith("(line ") and kept and "raised " in kept[-1]:
+            shown = stripped if not hidden else _learners_line(stripped)
+            kept.append("  " + shown[:200])  # the learner's own line that raised
+        elif learners and not (name == "largest difference" and not hidden):
+            continue  # the learner's text, going on over more lines: not shown
+        elif name in _FIELDS:
             value = stripped.split(":", 1)[1].strip()
             if name == "got" and value.startswith("raised "):
-                kept.append(f"  got:      {value}"[:200])
+                kept.append(f"  got:      {_NUMBER.sub('#', value) if hidden else value}"[:200])
             elif not (hidden and name in ("input", "expected", "got", "largest difference")):
                 kept.append("  " + stripped[:300])
-        elif stripped.startswith("(line ") and kept and "raised " in kept[-1]:
-            kept.append("  " + stripped[:200])  # the learner's own line that raised
         # any other line continues a value of many lines (an exception's text): not shown
     if not kept:  # not our checker's message: an exception from the test itself
         exception = _exception_line(message)
+        if hidden:
+            exception = _NUMBER.sub("#", exception)
         kept.append(f"  raised {exception}" if exception else "  failed")
     if hidden:
         kept.append("  (a hidden case: its input and expected value are not shown)")
     return "\n".join(kept)
+
+
+def _learners_line(text: str) -> str:
+    """``(line 7 of your code: SOURCE)`` with the numbers of SOURCE as ``#`` (the line number
+    stays): from the learner's kernel, SOURCE is the learner's to write."""
+    head, colon, source = text.partition(": ")
+    return head + colon + _NUMBER.sub("#", source)
 
 
 def feedback_text(result: Graded, learner: bool, possible: float | None = None) -> str:
