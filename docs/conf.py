@@ -22,8 +22,9 @@ extensions = ["myst_nb", "sphinx-mathjax-offline"]
 # The pages of the site, and only these: the rest of the checkout (.venv, build/, the package's
 # sources) is not read. Files they link to that are no page (LICENSE, a .py file) are copied.
 root_doc = "README"
-COURSE = sorted(p.stem for p in (Path(__file__).parent.parent / "notebooks").glob("[0-9]*.ipynb"))
-LABS = sorted(p.stem for p in (Path(__file__).parent.parent / "notebooks/labs").glob("*.ipynb"))
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+COURSE = sorted(p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb"))
+LABS = sorted(p.stem for p in (NOTEBOOKS / "labs").glob("*.ipynb"))
 GUIDES = ["notebooks/labs/README", "instructor/README"]
 REFERENCE = [
     "bench/README", "docs/install", "docs/gpu", "docs/scaling_out", "docs/troubleshooting",

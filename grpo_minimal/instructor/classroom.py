@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -236,6 +237,10 @@ def _strings(value, most: int) -> bool:
     return isinstance(value, list) and len(value) <= most and all(isinstance(v, str) for v in value)
 
 
+EXERCISE_FIELDS = {field.name for field in dataclasses.fields(ExerciseResult)}
+"""What the grading process writes of an exercise (``asdict`` of an ``ExerciseResult``)."""
+
+
 def invalid_result(outcome: dict, points: dict[str, float]) -> str | None:
     """Why a graded process's result cannot be a grade of this lab, or None. It must name each
     exercise at most once and only the lab's own, with a finite score between 0 and what the
@@ -247,9 +252,7 @@ def invalid_result(outcome: dict, points: dict[str, float]) -> str | None:
         return "no list of the lab's exercises"
     seen = set()
     for exercise in exercises:
-        if not isinstance(exercise, dict) or set(exercise) != {
-            "name", "score", "possible", "failures", "hidden"
-        }:  # fmt: skip
+        if not isinstance(exercise, dict) or set(exercise) != EXERCISE_FIELDS:
             return "an exercise's fields are not the grader's"
         name = exercise["name"]
         if not isinstance(name, str) or name not in points or name in seen:

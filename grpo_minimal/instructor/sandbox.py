@@ -185,7 +185,7 @@ def command(
     args = ["bwrap", *system_binds(), "--dev", "/dev", "--proc", "/proc"]
     args += ["--perms", "1777", "--tmpfs", "/tmp"]  # everyone's, as a system's /tmp is
     bound = [Path(p) for p in SYSTEM_BINDS]  # what is inside these is there already
-    made: set[Path] = set()
+    made = {Path("/tmp")}  # made above: the folders on the way to a path in it are made below
     for path in readable:
         if path.exists() and not any(_within(path, b) for b in bound):
             args += _bind(path, bound, made, "--ro-bind")
