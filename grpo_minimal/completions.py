@@ -43,6 +43,15 @@ class CompletionGroups:
     def num_generations(self) -> int:
         return self.completion_ids.shape[0] // self.prompt_ids.shape[0]
 
+    def take(self, prompts: torch.Tensor) -> CompletionGroups:
+        """The groups of the given prompt indices, in that order (PPO's shuffled minibatches)."""
+        G = self.num_generations
+        rows = (prompts[:, None] * G + torch.arange(G)).flatten().tolist()
+        return CompletionGroups(self.prompt_ids[prompts], self.prompt_mask[prompts],
+                                self.completion_ids[rows], self.completion_mask[rows],
+                                [self.prompts[i] for i in rows], [self.completions[i] for i in rows],
+                                [self.rows[i] for i in rows])  # fmt: skip
+
     def split(self, parts: int) -> list[tuple[slice, CompletionGroups]]:
         """``parts`` equal micro-batches of whole groups: (their rows, the micro-rollout)."""
         G, prompts = self.num_generations, self.prompt_ids.shape[0]

@@ -82,6 +82,8 @@ class ValidatedConfig:
 class ObjectiveConfig(ValidatedConfig):
     """The GRPO objective's knobs, shared by every trainer in the course."""
 
+    MIN_GENERATIONS = 2  # a group of one has no baseline; PPO's config (lm_ppo.py) allows 1
+
     num_generations: int = option(
         8, "G: outputs (episodes, completions) sampled per prompt / start state; the group size"
     )
@@ -120,7 +122,7 @@ class ObjectiveConfig(ValidatedConfig):
     def validate(self) -> None:
         """Check every field; subclasses extend this and call ``super().validate()``."""
         super().validate()
-        check_range("num_generations", self.num_generations, 2)
+        check_range("num_generations", self.num_generations, self.MIN_GENERATIONS)
         check_range("beta", self.beta, 0.0)
         check_range("epsilon", self.epsilon, 0.0, 1.0, low_open=True, high_open=True)
         if self.epsilon_high is not None:

@@ -145,7 +145,8 @@ def train_math(
          "eval_overlap": overlap})  # fmt: skip
     batches = training_batches(train_rows, cfg.prompts_per_step, cfg.seed)
     train_s = 0.0
-    bar = tqdm(total=cfg.max_steps, desc="GRPO " + Path(cfg.model).name, disable=not progress)
+    name = getattr(trainer, "name", "GRPO")
+    bar = tqdm(total=cfg.max_steps, desc=f"{name} {Path(cfg.model).name}", disable=not progress)
     try:
         for step in range(1, cfg.max_steps + 1):
             record, _ = trainer.step(next(batches))

@@ -10,11 +10,12 @@ import pytest
 from grpo_minimal.cli import main
 from grpo_minimal.envs import HELD_OUT_SEED
 from grpo_minimal.gym_grpo import CartPoleConfig
+from grpo_minimal.lm_ppo import GRPO_ONLY, LMPPOConfig
 from grpo_minimal.lm_train import MathConfig
 from grpo_minimal.ppo import PPOConfig
 
 
-@pytest.mark.parametrize("cls", [CartPoleConfig, PPOConfig, MathConfig])
+@pytest.mark.parametrize("cls", [CartPoleConfig, PPOConfig, MathConfig, LMPPOConfig])
 def test_every_config_field_has_help_text(cls):
     """``--help`` shows each field's metadata["help"] (HfArgumentParser); inherited fields whose
     default a subclass overrides keep the base class's text (``config.override``)."""
@@ -24,11 +25,14 @@ def test_every_config_field_has_help_text(cls):
 
 def test_help_lists_every_field_with_its_text_and_default(capsys):
     for argv, cls in ((["cartpole"], CartPoleConfig), (["cartpole", "--algo", "ppo"], PPOConfig),
-                      (["math"], MathConfig)):  # fmt: skip
+                      (["math"], MathConfig), (["math", "--algo", "ppo"], LMPPOConfig)):  # fmt: skip
         with pytest.raises(SystemExit):
             main([*argv, "--help"])
         text = "".join(capsys.readouterr().out.split())  # wrapping depends on the terminal
         for f in cls.__dataclass_fields__.values():
+            if cls is LMPPOConfig and f.name in GRPO_ONLY:  # refused for PPO, so not listed
+                assert "--" + f.name.replace("_", "-") not in text
+                continue
             assert "--" + f.name.replace("_", "-") in text
             assert "".join(f.metadata["help"].split())[:40] in text
             assert f"(default:{f.default})" in text

@@ -1,0 +1,386 @@
+r"""PPO for causal language models: a learned critic, the KL in the reward, GAE over tokens.
+
+Read it beside ``lm_grpo.py``: stages 1, 2 and 5 are the same functions; stages 3 and 4 are where
+PPO and GRPO differ. Equations go on from ``ppo.py`` (10)-(14) and ``rewards.py`` (17)-(19). A
+completion o of T tokens is an episode: state s_t is the prompt and o_<t, action a_t the token
+o_t, and the verifiable reward R(o) (17)/(19) arrives at its last token.
+
+    (22) per-token reward  r_t = -beta * (log pi_old(o_t) - log pi_ref(o_t)) + [t = T] * R(o)
+    (23) GAE over tokens   (10)-(12) with gamma = 1; the last token ends the episode, V(s_{T+1}) = 0
+    (24) whitening         A_t <- (A_t - mean(A)) / sqrt(var(A) + 1e-8), over every token in the batch
+    (25) PPO loss          l = -L_clip(rho_t, A_t) (aggregated as loss_type) + c_V * L_V (13)
+
+``LMPPOTrainer.step`` runs these stages in this order:
+
+1. **Sample** (``completions.sample_completions``): ``num_generations`` completions of each of
+   ``prompts_per_step`` prompts (PPO's classic 1 per prompt is the default), EOS-masked (15).
+2. **Score** (``rewards.score_completions``): the same reward functions as GRPO.
+3. **Critic and reference** (no gradient): log pi_old, log pi_ref (when beta > 0) with
+   ``lm_grpo.completion_logps`` (16), and V(s_t) for every token (``completion_values``).
+4. **Advantages per token**: rewards (22) (``token_rewards``), GAE (23) (``token_gae``, which is
+   ``ppo.gae``), whitened over the batch (24) (``whiten``). GRPO's step 3 instead gives every
+   token of completion i the one number (r_i - mean of its group) / std: the group is its critic.
+5. **Update**: ``num_iterations`` epochs over ``num_minibatches`` shuffled minibatches of whole
+   prompts; each is one AdamW step on loss (25) (``ppo_lm_loss``): the clipped surrogate (6) of
+   ``losses.py`` for the policy, the clipped value loss (13) of ``ppo.py`` for the critic.
+6. **Reference refresh**, as GRPO's (``ref_update_every``).
+
+**The critic** (``ValueModel``) is a separate copy of the policy's transformer body with a
+scalar head, as in InstructGPT (initialised from its reward model), OpenRLHF and TRL's last
+``PPOTrainer``, not TRL's older shared body with a value head. A shared body is cheaper, but the
+value loss then pulls on the weights that make the text, and the two losses need weighing
+against each other; a separate critic keeps the comparison plain and is the memory cost the
+PPO-vs-GRPO argument is about: a second trained model (weights, gradients, AdamW's two states).
+With a verifiable reward there is no reward model to start it from (InstructGPT starts its
+critic from its reward model), so its body starts as a copy of the policy and its head at zero,
+the value-head initialisation of the N details below: V = 0 everywhere at the first step.
+
+**The KL goes into the reward (22), not into the loss** as GRPO's beta * k3 does (8): the
+penalty on token t then reaches every earlier token through GAE, and the policy gradient treats
+it like any other reward (the surrogate is clipped, the KL is part of what the critic predicts).
+It uses k1, log pi_old - log pi_ref on the sampled token (TRL's PPO default, ``kl_estimator="k1"``);
+its expected value over samples is the KL. GRPO's loss-side penalty pulls each token directly.
+
+From Huang et al., "The N Implementation Details of RLHF with PPO" (ICLR 2024 blog track), this
+file keeps: the per-token KL penalty in the reward, the score at the last token, discount 1,
+advantage whitening, value clipping, the value head initialised at zero, logits divided by the
+sampling temperature (``completion_logps``), the learning rate annealed to 0, no dropout (the
+course's models have none). It changes: sampling stops at EOS (the post samples a fixed length
+and scores the last token; here the EOS mask (15) decides which token is last), and advantages
+are whitened over the whole batch (as TRL's PPO), not per minibatch. It drops: reward
+normalisation and whitening (the verifiable reward is already 0 or 1), adaptive KL control
+(beta is fixed, as in GRPO) and the fixed score for a response without a stop. The loop,
+evaluation and checkpoints are ``lm_train.py``'s, shared with GRPO.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from .completions import CompletionGroups, truncated_fraction
+from .config import check_range, option, override
+from .lm_grpo import LMGRPOTrainer, adamw_groups, completion_logits, completion_logps
+from .losses import (
+    aggregate_loss,
+    clipped_surrogate,
+    clipped_tokens,
+    kl_k1,
+    kl_k3,
+    masked_mean,
+    policy_ratio,
+)
+from .math_config import MathConfig
+from .ppo import gae, value_loss
+from .rewards import reward_stats, score_completions
+
+# MathConfig fields that only GRPO reads: setting one for PPO is a mistake, said in one line
+GRPO_ONLY = ("scale_rewards", "use_bias_correction_kl")
+# why ``--algo ppo --backend trl`` is refused (the CLI's one line)
+TRL_HAS_NO_PPO = (
+    "--algo ppo runs on --backend grpo_minimal only: TRL removed its PPOTrainer in 2026-09 "
+    "(huggingface/trl PR #7020)"
+)
+
+
+@dataclass
+class LMPPOConfig(MathConfig):
+    """PPO on a causal LM (``lm_ppo.py``): ``MathConfig``'s run settings plus the critic's.
+
+    ``for_device`` starts from GRPO's defaults for the same model and device and turns each
+    group of G completions into G prompts with one completion each: the same completions per
+    step (PPO's classic sampling; the tiny model: 64 prompts x 1 against GRPO's 8 x 8).
+    """
+
+    MIN_GENERATIONS = 1
+
+    num_generations: int = option(
+        1, "completions sampled per prompt (PPO's classic choice is 1; the critic is the baseline)"
+    )
+    beta: float = option(
+        0.04, "weight of the per-token KL penalty (k1) in the reward, equation (22); 0: no reference"
+    )
+    num_iterations: int = override(MathConfig, "num_iterations", 4)
+    num_minibatches: int = option(
+        1, "minibatches of whole prompts per epoch, one AdamW step each; must divide prompts_per_step"
+    )
+    gae_lambda: float = option(
+        0.95, "lambda of GAE over tokens (gamma is 1): 0 is the one-step TD error, 1 the return - V"
+    )
+    value_coef: float = option(0.1, "c_V, the weight of the value loss in (25) (TRL's vf_coef)")
+    value_clip: float = option(
+        0.2, "the critic's values move at most this far from the rollout's per epoch (13); 0: off"
+    )
+    critic_learning_rate: float | None = option(
+        None, "AdamW step size of the critic; None: the policy's learning_rate"
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        defaults = {f.name: f.default for f in fields(MathConfig)}
+        for name in GRPO_ONLY:
+            if getattr(self, name) != defaults[name]:
+                raise ValueError(f"{name} is a GRPO setting; PPO (--algo ppo) does not use it")
+        check_range("num_minibatches", self.num_minibatches, 1)
+        per_minibatch, left = divmod(self.prompts_per_step, self.num_minibatches)
+        if left:
+            raise ValueError(
+                f"num_minibatches must divide prompts_per_step={self.prompts_per_step}, "
+                f"got {self.num_minibatches}"
+            )
+        if per_minibatch % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"gradient_accumulation_steps must divide the prompts of a minibatch "
+                f"({per_minibatch}), got {self.gradient_accumulation_steps}"
+            )
+        check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_range("value_coef", self.value_coef, 0.0)
+        check_range("value_clip", self.value_clip, 0.0)
+        if self.critic_learning_rate is not None:
+            check_range("critic_learning_rate", self.critic_learning_rate, 0.0, low_open=True)
+
+    @classmethod
+    def for_device(cls, device: str = "auto", **overrides) -> LMPPOConfig:
+        """GRPO's defaults for this model and device (``MathConfig.for_device``), each group of
+        G turned into G prompts of one completion; then the flags given."""
+        own = {f.name for f in fields(cls)} - {f.name for f in fields(MathConfig)}
+        shared = {k: v for k, v in overrides.items() if k not in own and k != "num_generations"}
+        base = MathConfig.for_device(device, **shared).to_dict()
+        if "prompts_per_step" not in overrides:
+            base["prompts_per_step"] *= base["num_generations"]
+        for name in ("num_generations", "beta", "num_iterations"):
+            if name not in overrides:
+                base[name] = cls.__dataclass_fields__[name].default
+        return cls(**(base | overrides))
+
+    def to_dict(self) -> dict:
+        """The fields, and ``algo: ppo`` so that a checkpoint says which config it was."""
+        return {"algo": "ppo", **super().to_dict()}
+
+
+class ValueModel(nn.Module):
+    """The critic V(s_t): a copy of the policy's transformer body and a scalar head.
+
+    Its forward has a causal LM's signature and returns one "logit" per position, the value, so
+    ``lm_grpo.completion_logits`` (the policy's own pass) gives V(s_t) for every completion
+    token with no second copy of that code (``completion_values``).
+    """
+
+    def __init__(self, policy) -> None:
+        super().__init__()
+        self.body = copy.deepcopy(policy.base_model)  # the decoder without its LM head
+        hidden = policy.config.hidden_size
+        self.head = nn.Linear(hidden, 1).to(next(policy.parameters()).device)
+        nn.init.zeros_(self.head.weight)  # V = 0 at first (the N details' value head)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int, use_cache=False):
+        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask,
+                           position_ids=position_ids, use_cache=use_cache).last_hidden_state  # fmt: skip
+        return SimpleNamespace(logits=self.head(hidden[:, -logits_to_keep:]))
+
+
+def completion_values(critic: ValueModel, rollout: CompletionGroups) -> torch.Tensor:
+    """V(s_t) [N, C]: the critic's value of the state before each completion token."""
+    values = completion_logits(critic, rollout).squeeze(-1)
+    return values.to(torch.promote_types(values.dtype, torch.float32))
+
+
+def token_rewards(
+    scores: torch.Tensor, old_logps: torch.Tensor, ref_logps: torch.Tensor | None,
+    mask: torch.Tensor, beta: float,
+) -> torch.Tensor:  # fmt: skip
+    """Equation (22): -beta * k1 on every completion token, plus the score at the last token
+    the EOS mask (15) keeps. [N, C]; 0 on masked tokens. An unscored completion (NaN) gets 0."""
+    rewards = torch.zeros_like(old_logps)
+    if ref_logps is not None and beta > 0:
+        rewards = -beta * kl_k1(old_logps, ref_logps)
+    rewards = rewards * mask
+    last = mask.sum(dim=1).long() - 1  # the EOS, or the last token of a truncated completion
+    rows = torch.arange(len(scores), device=rewards.device)
+    rewards[rows, last] += torch.nan_to_num(scores.to(rewards), nan=0.0)
+    return rewards
+
+
+def token_gae(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gae_lambda: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Equation (23): ``ppo.gae`` over tokens with gamma = 1, each completion an episode that
+    terminates at its last kept token (no bootstrap from beyond it). Inputs and outputs are
+    [N, C]; returns (advantages, value targets), both 0 on masked tokens."""
+    mask = mask.to(rewards.dtype)
+    last = torch.zeros_like(mask)
+    last[torch.arange(len(mask)), mask.sum(dim=1).long() - 1] = 1.0  # the episode's end
+    next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], dim=1)
+    advantages, targets = gae(rewards.T, values.T, next_values.T, last.T, last.T, 1.0, gae_lambda)
+    return advantages.T * mask, targets.T * mask
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Equation (24): shift to mean 0 and scale to variance 1 over the masked entries of the
+    whole batch (the sample variance, as TRL's ``masked_whiten``); 0 on masked entries."""
+    mask = mask.to(values.dtype)
+    mean = masked_mean(values, mask)
+    var = ((values - mean) ** 2 * mask).sum() / (mask.sum() - 1).clamp(min=1.0)
+    return (values - mean) * torch.rsqrt(var + eps) * mask
+
+
+def ppo_lm_loss(
+    logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, values: torch.Tensor,
+    old_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, *, epsilon: float,
+    epsilon_high: float | None, value_clip: float, value_coef: float, loss_type: str,
+    max_completion_length: int,
+) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    """Equation (25) on one micro-batch, all [N, C]: the clipped surrogate (6) per token,
+    aggregated as ``loss_type`` (9), plus ``value_coef`` times the value loss (13) over the
+    kept tokens. Returns (loss, metrics)."""
+    ratio = policy_ratio(logps, old_logps)  # (5)
+    per_token = -clipped_surrogate(ratio, advantages, epsilon, epsilon_high)  # (6)
+    policy_loss = aggregate_loss(per_token, mask, loss_type, max_completion_length)
+    kept = mask.bool()
+    v_loss = value_loss(values[kept], old_values[kept], targets[kept],
+                        value_clip if value_clip > 0 else None)  # (13) fmt: skip
+    with torch.no_grad():
+        low, high = clipped_tokens(ratio, advantages, epsilon, epsilon_high)
+        metrics = {
+            "policy_loss": policy_loss.item(),
+            "value_loss": v_loss.item(),
+            "clip_fraction": masked_mean((low | high).to(logps.dtype), mask).item(),
+            "approx_kl": masked_mean(kl_k3(old_logps, logps), mask).item(),  # KL(pi_old || pi)
+        }
+    return policy_loss + value_coef * v_loss, metrics
+
+
+def explained_variance(values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var(target - V) / Var(target) over the kept tokens: 1 is a perfect critic, 0 one no
+    better than a constant, below 0 worse."""
+    kept = mask.bool()
+    residual, target = (targets - values)[kept], targets[kept]
+    return (1.0 - residual.var() / target.var().clamp(min=1e-8)).item()
+
+
+class LMPPOTrainer(LMGRPOTrainer):
+    """Holds the policy, the critic, the reference, one AdamW for both and the config;
+    ``step(rows)`` is one PPO step. Sampling, scoring and the log-prob passes are GRPO's."""
+
+    name = "PPO"
+
+    def __init__(self, cfg: LMPPOConfig, model, tokenizer, reward_funcs=None, reward_weights=None):
+        from transformers import get_scheduler
+
+        if not isinstance(cfg, LMPPOConfig):
+            raise TypeError(f"LMPPOTrainer needs an LMPPOConfig, got {type(cfg).__name__}")
+        super().__init__(cfg, model, tokenizer, reward_funcs, reward_weights)
+        self.critic = ValueModel(model).train()
+        critic_lr = cfg.critic_learning_rate or cfg.learning_rate
+        groups = [*adamw_groups(model, cfg.weight_decay),
+                  *({**g, "lr": critic_lr} for g in adamw_groups(self.critic, cfg.weight_decay))]  # fmt: skip
+        self.optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, fused=True)
+        updates = cfg.max_steps * cfg.num_iterations * cfg.num_minibatches
+        self.scheduler = get_scheduler(cfg.lr_scheduler_type, self.optimizer,
+                                       num_warmup_steps=0, num_training_steps=updates)  # fmt: skip
+        self.generator = torch.Generator().manual_seed(cfg.seed)  # minibatch order
+
+    @torch.no_grad()
+    def fixed_values(self, rollout: CompletionGroups) -> torch.Tensor:
+        """Step 3: V(s_t) of the critic as it was when the completions were sampled."""
+        parts = []
+        for _, micro in rollout.split(self.cfg.gradient_accumulation_steps):
+            with self.amp():
+                parts.append(completion_values(self.critic, micro))
+        return torch.cat(parts)
+
+    def step(self, rows: Sequence[dict]) -> tuple[dict, CompletionGroups]:
+        """One PPO step on ``prompts_per_step`` dataset rows. Returns (metrics, rollout)."""
+        cfg = self.cfg
+        start = time.perf_counter()
+        self.critic.eval()
+        rollout = self.sample(rows)  # 1
+        sample_s = time.perf_counter() - start
+        scores, reward_means = score_completions(  # 2
+            self.reward_funcs, self.reward_weights, [r["prompt"] for r in rollout.rows],
+            rollout.completions, rollout.rows,
+        )  # fmt: skip
+        mask = rollout.completion_mask.to(self.device)
+        old_logps = self.fixed_logps(self.model, rollout)  # 3
+        ref_logps = self.fixed_logps(self.reference, rollout) if self.reference else None
+        critic_start = time.perf_counter()
+        old_values = self.fixed_values(rollout)
+        critic_s = time.perf_counter() - critic_start
+        rewards = token_rewards(torch.tensor(scores), old_logps, ref_logps, mask, cfg.beta)  # 4
+        advantages, targets = token_gae(rewards, old_values, mask, cfg.gae_lambda)
+        advantages = whiten(advantages, mask)
+        update_start = time.perf_counter()
+
+        self.model.train()
+        self.critic.train()
+        prompts = rollout.prompt_ids.shape[0]
+        size, G = prompts // cfg.num_minibatches, rollout.num_generations
+        sums: dict[str, float] = {}
+        for _ in range(cfg.num_iterations):  # 5
+            order = torch.randperm(prompts, generator=self.generator)
+            for first in range(0, prompts, size):
+                chosen = order[first : first + size]
+                self.optimizer.zero_grad(set_to_none=True)
+                minibatch = rollout.take(chosen)
+                index = (chosen[:, None] * G + torch.arange(G)).flatten().to(self.device)
+                for mb, micro in minibatch.split(cfg.gradient_accumulation_steps):
+                    rows_of = index[mb]
+                    with self.amp():
+                        logps = completion_logps(self.model, micro, cfg.temperature,
+                                                 share_prompts=self.share_prompts)[0]  # fmt: skip
+                        values = completion_values(self.critic, micro)
+                    loss, metrics = ppo_lm_loss(
+                        logps, old_logps[rows_of], advantages[rows_of], values,
+                        old_values[rows_of], targets[rows_of], mask[rows_of],
+                        epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
+                        value_clip=cfg.value_clip, value_coef=cfg.value_coef,
+                        loss_type=cfg.loss_type, max_completion_length=cfg.max_completion_length,
+                    )  # fmt: skip
+                    self.scaler.scale(loss / cfg.gradient_accumulation_steps).backward()
+                    for key, value in metrics.items():
+                        sums[key] = sums.get(key, 0.0) + value
+                self.scaler.unscale_(self.optimizer)
+                # clipped apart: the fresh critic's large early gradients must not shrink the
+                # policy's step (one joint norm would be dominated by them)
+                max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), max_norm)
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.scheduler.step()
+        self.steps_done += 1
+        if self.reference is not None and cfg.ref_update_every:  # 6
+            if self.steps_done % cfg.ref_update_every == 0:
+                self.reference.load_state_dict(self.model.state_dict())
+
+        step_s = time.perf_counter() - start
+        updates = cfg.num_iterations * cfg.num_minibatches * cfg.gradient_accumulation_steps
+        kl = masked_mean(kl_k3(old_logps, ref_logps), mask).item() if ref_logps is not None else 0.0
+        record = {
+            "step": self.steps_done,
+            **reward_stats(scores, rollout.num_generations),
+            **{f"reward/{name}": value for name, value in reward_means.items()},
+            **{key: value / updates for key, value in sums.items()},
+            "loss": sums["policy_loss"] / updates,
+            "kl": kl,  # k3 of the sampling policy to the reference, as GRPO logs it
+            "explained_variance": explained_variance(old_values, targets, mask),
+            "grad_norm": float(grad_norm),
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "completion_length": rollout.completion_mask.sum(dim=1).float().mean().item(),
+            "truncated_fraction": truncated_fraction(rollout.completion_ids, self.eos_ids),
+            # seconds: sampling; the critic's pass over the rollout (its share of the update
+            # is inside update_s); the epochs of minibatch updates (policy and critic)
+            "sample_s": round(sample_s, 4),
+            "critic_s": round(critic_s, 4),
+            "update_s": round(time.perf_counter() - update_start, 4),
+            "step_s": round(step_s, 4),
+            "completions_per_s": len(rollout.completions) / step_s,
+        }
+        return record, rollout
