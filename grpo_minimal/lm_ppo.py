@@ -93,9 +93,12 @@ TRL_HAS_NO_PPO = (
 class LMPPOConfig(MathConfig):
     """PPO on a causal LM (``lm_ppo.py``): ``MathConfig``'s run settings plus the critic's.
 
-    ``for_device`` starts from GRPO's defaults for the same model and device and turns each
-    group of G completions into G prompts with one completion each: the same completions per
-    step (PPO's classic sampling; the tiny model: 64 prompts x 1 against GRPO's 8 x 8).
+    ``for_device`` starts from GRPO's defaults for the same model and device (learning rate,
+    beta, steps, ...) and turns each group of G completions into G prompts with one completion
+    each: the same completions per step (PPO's classic sampling; the tiny model: 64 prompts x 1
+    against GRPO's 8 x 8). The critic's settings are those of TRL's last ``PPOConfig``
+    (``num_ppo_epochs`` 4, ``num_mini_batches`` 1, ``lam`` 0.95, ``vf_coef`` 0.1,
+    ``cliprange_value`` 0.2), not tuned here.
     """
 
     MIN_GENERATIONS = 1
@@ -154,7 +157,7 @@ class LMPPOConfig(MathConfig):
         base = MathConfig.for_device(device, **shared).to_dict()
         if "prompts_per_step" not in overrides:
             base["prompts_per_step"] *= base["num_generations"]
-        for name in ("num_generations", "beta", "num_iterations"):
+        for name in ("num_generations", "num_iterations"):
             if name not in overrides:
                 base[name] = cls.__dataclass_fields__[name].default
         return cls(**(base | overrides))

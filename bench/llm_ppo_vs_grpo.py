@@ -1,0 +1,276 @@
+"""PPO vs GRPO on a language model: the same task, seeds and completions sampled per step.
+
+    .venv/bin/python bench/llm_ppo_vs_grpo.py            # the tiny model, 2 settings x 5 seeds
+    .venv/bin/python bench/llm_ppo_vs_grpo.py --quick    # 2 seeds, 40 steps (a smoke test)
+    .venv/bin/python bench/llm_ppo_vs_grpo.py --real     # SmolLM2-135M: memory and s / step
+
+**The tiny model** (``data/tiny_math_lm``, two-digit addition), in two settings, each with the
+same number of completions sampled per step for both methods:
+
+- ``defaults``: each command's own defaults. GRPO: ``MathConfig.for_device("cpu")``, 8 prompts
+  x 8 completions. PPO: ``LMPPOConfig.for_device("cpu")``, 64 prompts x 1, the critic's settings
+  of TRL's last PPOConfig (4 epochs, 1 minibatch, lambda 0.95, c_V 0.1, value clip 0.2). Both:
+  600 steps, learning rate 1e-4 decaying to 0, beta 0.04, at most 5 new tokens.
+- ``seed_batch``: the seed's "equal effective batch" (``shared/seeds/003``): GRPO 4 prompts x 4,
+  PPO 16 x 1; everything else as in ``defaults``.
+
+Every run is its own process (so its peak memory is its own) on one torch thread, two runs at a
+time on two cores (``--workers``): seconds are comparable between methods in this run, not
+across machines. Held-out greedy accuracy is measured on the first 500 test problems every 50
+steps; nothing was chosen on them (PPO's settings are TRL's defaults, GRPO's the course's).
+
+Reported for each setting, with 95% Student-t intervals over the paired seeds
+(``course.stats.t_interval``; "not resolved" when an interval contains 0, or 1 for a ratio):
+
+- accuracy after the same steps (= the same completions sampled), PPO - GRPO;
+- accuracy at equal training seconds: for each seed, the later of each method's evaluations
+  made within the seconds of the faster method's whole run;
+- seconds per step, split into sampling, the critic's pass over the rollout (PPO) and the rest
+  (scoring, the fixed log-prob passes and the update, for both), and their ratio;
+- memory: each run's peak resident memory above what it held once the model was loaded
+  (``device.peak_memory_mb`` after ``reset_peak_memory``; evaluation included), beside
+  notebook 09's planner (``course.memory.plan_update``, float32) for the same batch;
+- the critic's explained variance (PPO) at the start, middle and end of training;
+- stability: the spread of final accuracy over seeds, the largest KL to the reference, the
+  shortest mean completion, and collapses (held-out accuracy ending 10 points or more below the
+  run's own best).
+
+**The real model** (``--real``, SmolLM2-135M-Instruct after ``grpo-minimal fetch smollm2-135m``):
+a few steps of each at notebook 11's settings (16 completions per step: GRPO 2 x 8, PPO 16 x 1),
+with and without a reference (beta 0 and 0.04): peak memory and seconds per step, split.
+Results: ``bench/results/llm_ppo_vs_grpo.json`` (``--real``: ``llm_ppo_vs_grpo_real.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SETTINGS = {  # (GRPO prompts x G, PPO prompts): the same completions per step
+    "defaults": ((8, 8), 64),
+    "seed_batch": ((4, 4), 16),
+}
+COLLAPSE = 0.10  # held-out accuracy ending this far below the run's own best
+
+
+def resident_mb() -> float:
+    """The process's resident memory now (VmRSS), MiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 2**10
+    return float("nan")
+
+
+def planned_mb(model, algo: str, completions: int, seq_len: int, beta: float) -> float:
+    """Notebook 09's planner for one update of this batch, float32, MiB."""
+    from grpo_minimal.course.memory import plan_update
+
+    rows = plan_update(model.config, algo, completions, seq_len, "float32", beta)
+    return sum(row.total for row in rows) / 2**20
+
+
+def one_run(job: dict) -> dict:
+    """Train one (method, setting, seed) in this process; return what the summary needs."""
+    import torch
+
+    from grpo_minimal.data import load_math_rows
+    from grpo_minimal.device import reset_peak_memory
+    from grpo_minimal.lm_grpo import LMGRPOTrainer
+    from grpo_minimal.lm_ppo import LMPPOConfig, LMPPOTrainer
+    from grpo_minimal.lm_train import MathConfig, setup, train_math
+
+    torch.set_num_threads(1)
+    ppo = job["algo"] == "ppo"
+    cls = LMPPOConfig if ppo else MathConfig
+    cfg = cls.for_device("cpu", **job["config"])
+    model, tokenizer = setup(cfg)
+    baseline = resident_mb()
+    reset_peak_memory(torch.device("cpu"))
+    start = time.perf_counter()
+    _, history = train_math(cfg, model, tokenizer, progress=False,
+                            trainer_cls=LMPPOTrainer if ppo else LMGRPOTrainer)  # fmt: skip
+    wall = time.perf_counter() - start
+    steps = [r for r in history if "reward_mean" in r]
+    per_step = cfg.prompts_per_step * cfg.num_generations
+    keys = ("kl", "completion_length", "reward_mean", "sample_s", "critic_s", "update_s", "step_s",
+            "explained_variance", "value_loss")  # fmt: skip
+    rows = load_math_rows(cfg.dataset, "train")[:1000]
+    longest_prompt = max(len(tokenizer(r["prompt"])["input_ids"]) for r in rows)
+    return {
+        **{k: job[k] for k in ("algo", "setting", "seed")},
+        "config": cfg.to_dict(),
+        "completions_per_step": per_step,
+        "evals": [{"step": r["step"], "train_s": r["train_s"], "accuracy": r["eval_accuracy"],
+                   "completions": r["step"] * per_step} for r in history if "eval_accuracy" in r],  # fmt: skip
+        "curves": {k: [r.get(k) for r in steps] for k in keys if k in steps[0]},
+        "train_s": history[-1]["train_s"],
+        "wall_s": round(wall, 1),
+        "peak_above_model_mb": round(history[-1]["peak_memory_mb"] - baseline, 1),
+        "planned_update_mb": round(planned_mb(model, job["algo"], per_step // max(
+            1, cfg.gradient_accumulation_steps), longest_prompt + cfg.max_completion_length,
+            cfg.beta), 2),  # fmt: skip
+    }
+
+
+def jobs_for(seeds, steps: int, eval_every: int) -> list[dict]:
+    jobs = []
+    for setting, ((prompts, group), ppo_prompts) in SETTINGS.items():
+        for seed in seeds:
+            common = {"seed": seed, "max_steps": steps, "eval_every": eval_every, "eval_n": 500}
+            jobs.append({"algo": "grpo", "setting": setting, "seed": seed,
+                         "config": common | {"prompts_per_step": prompts, "num_generations": group}})  # fmt: skip
+            jobs.append({"algo": "ppo", "setting": setting, "seed": seed,
+                         "config": common | {"prompts_per_step": ppo_prompts}})  # fmt: skip
+    return jobs
+
+
+def accuracy_within(run: dict, seconds: float) -> float:
+    """Held-out accuracy at the last evaluation made within ``seconds`` of training."""
+    return [e["accuracy"] for e in run["evals"] if e["train_s"] <= seconds + 1e-9][-1]
+
+
+def split_seconds(group: list[dict]) -> dict[str, float]:
+    """Mean seconds per step over steps and seeds: sampling; the critic's pass over the rollout
+    (PPO); the rest of the step (scoring, the fixed log-prob passes and the update), the same
+    definition for both methods."""
+    def mean(r, key):
+        return statistics.fmean(r["curves"].get(key) or [0.0] * len(r["curves"]["step_s"]))
+
+    parts = {key: statistics.fmean(mean(r, key) for r in group)
+             for key in ("sample_s", "critic_s", "step_s")}  # fmt: skip
+    parts["update_s"] = parts["step_s"] - parts["sample_s"] - parts["critic_s"]
+    return {key: round(value, 4) for key, value in parts.items()}
+
+
+def verdict(low: float, high: float, null: float = 0.0) -> str:
+    if low <= null <= high:
+        return "not resolved"
+    return "PPO higher" if low > null else "GRPO higher"
+
+
+def summarise(runs: list[dict]) -> dict:
+    from grpo_minimal.course.stats import t_interval
+
+    def interval(values, null=0.0):
+        mean, low, high = t_interval(values)
+        return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
+                "values": [round(v, 4) for v in values], "verdict": verdict(low, high, null)}  # fmt: skip
+
+    out = {}
+    for setting in SETTINGS:
+        pairs = {}
+        for run in runs:
+            if run["setting"] == setting:
+                pairs.setdefault(run["seed"], {})[run["algo"]] = run
+        seeds = sorted(s for s, p in pairs.items() if len(p) == 2)
+        ppo = [pairs[s]["ppo"] for s in seeds]
+        grpo = [pairs[s]["grpo"] for s in seeds]
+
+        def final(r):
+            return r["evals"][-1]["accuracy"]
+
+        def mean_of(r, key):
+            return statistics.fmean(v for v in r["curves"].get(key, [0.0]) if v is not None)
+
+        equal_time = [(accuracy_within(p, min(p["train_s"], g["train_s"])),
+                       accuracy_within(g, min(p["train_s"], g["train_s"]))) for p, g in zip(ppo, grpo, strict=True)]  # fmt: skip
+        thirds = {}
+        for r in ppo:
+            ev = r["curves"]["explained_variance"]
+            n = len(ev) // 3
+            for name, part in (("first", ev[:n]), ("middle", ev[n : 2 * n]), ("last", ev[2 * n :])):
+                thirds.setdefault(name, []).append(statistics.fmean(part))
+        out[setting] = {
+            "seeds": seeds,
+            "completions_per_step": ppo[0]["completions_per_step"],
+            "steps": ppo[0]["evals"][-1]["step"],
+            "accuracy_before": statistics.fmean(r["evals"][0]["accuracy"] for r in ppo + grpo),
+            "final_accuracy": {"ppo": interval([final(r) for r in ppo]),
+                               "grpo": interval([final(r) for r in grpo])},  # fmt: skip
+            "ppo_minus_grpo_equal_completions": interval([final(p) - final(g) for p, g in zip(ppo, grpo, strict=True)]),
+            "ppo_minus_grpo_equal_seconds": interval([p - g for p, g in equal_time]),
+            "seconds_per_step": {algo: split_seconds(group) for algo, group in (("ppo", ppo), ("grpo", grpo))},
+            "step_time_ratio_ppo_over_grpo": interval(
+                [mean_of(p, "step_s") / mean_of(g, "step_s") for p, g in zip(ppo, grpo, strict=True)], null=1.0),
+            "train_s": {"ppo": [r["train_s"] for r in ppo], "grpo": [r["train_s"] for r in grpo]},
+            "peak_above_model_mb": {"ppo": interval([r["peak_above_model_mb"] for r in ppo]),
+                                    "grpo": interval([r["peak_above_model_mb"] for r in grpo])},  # fmt: skip
+            "planned_update_mb": {"ppo": ppo[0]["planned_update_mb"], "grpo": grpo[0]["planned_update_mb"]},
+            "explained_variance_thirds": {k: interval(v) for k, v in thirds.items()},
+            "stability": {
+                algo: {
+                    "final_accuracy_sd": round(statistics.stdev(final(r) for r in group), 4),
+                    "max_kl": round(max(max(r["curves"]["kl"]) for r in group), 4),
+                    "min_completion_length": round(min(min(r["curves"]["completion_length"]) for r in group), 3),
+                    "collapses": sum(max(e["accuracy"] for e in r["evals"]) - final(r) >= COLLAPSE
+                                     for r in group),
+                }
+                for algo, group in (("ppo", ppo), ("grpo", grpo))
+            },  # fmt: skip
+        }
+    return out
+
+
+def real_model(steps: int) -> dict:
+    """SmolLM2-135M: ``steps`` steps of each method at notebook 11's settings, beta 0 and 0.04,
+    each in its own process: peak memory and seconds per step."""
+    jobs = []
+    for beta in (0.0, 0.04):
+        for algo in ("grpo", "ppo"):
+            jobs.append({"algo": algo, "setting": f"beta={beta}", "seed": 0,
+                         "config": {"model": "smollm2-135m", "beta": beta, "max_steps": steps,
+                                    "eval_every": 0, "eval_n": 8}})  # fmt: skip
+    with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        runs = pool.map(one_run, jobs, chunksize=1)
+    table = []
+    for run in runs:
+        curves = run["curves"]
+        table.append({
+            "algo": run["algo"], "beta": run["config"]["beta"],
+            "completions_per_step": run["completions_per_step"],
+            # the first step also warms up allocations and caches: the mean is over the rest
+            **{key: round(statistics.fmean(curves[key][1:]), 2)
+               for key in ("sample_s", "critic_s", "update_s", "step_s") if key in curves},
+            "peak_above_model_mb": run["peak_above_model_mb"],
+            "planned_update_mb": run["planned_update_mb"],
+        })  # fmt: skip
+    return {"steps": steps, "threads": 1, "runs": table}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="2 seeds, 40 steps")
+    parser.add_argument("--real", action="store_true", help="SmolLM2-135M memory and time")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    if args.real:
+        result = real_model(steps=4)
+        path = RESULTS / "llm_ppo_vs_grpo_real.json"
+    else:
+        seeds, steps = (range(2), 40) if args.quick else (range(args.seeds), args.steps)
+        jobs = jobs_for(list(seeds), steps, eval_every=10 if args.quick else 50)
+        with multiprocessing.get_context("spawn").Pool(args.workers, maxtasksperchild=1) as pool:
+            runs = pool.map(one_run, jobs, chunksize=1)
+        result = {"summary": summarise(runs), "runs": runs}
+        path = RESULTS / ("llm_ppo_vs_grpo_quick.json" if args.quick else "llm_ppo_vs_grpo.json")
+    result["command"] = "python bench/llm_ppo_vs_grpo.py " + " ".join(sys.argv[1:])
+    result["bench_wall_s"] = round(time.perf_counter() - started, 1)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result.get("summary", result), indent=1))
+    print(f"wrote {path} in {result['bench_wall_s']} s")
+
+
+if __name__ == "__main__":
+    main()
