@@ -3,6 +3,7 @@
     .venv/bin/python bench/llm_ppo_vs_grpo.py            # the tiny model, 2 settings x 5 seeds
     .venv/bin/python bench/llm_ppo_vs_grpo.py --quick    # 2 seeds, 40 steps (a smoke test)
     .venv/bin/python bench/llm_ppo_vs_grpo.py --real     # SmolLM2-135M: memory and s / step
+    .venv/bin/python bench/llm_ppo_vs_grpo.py --epochs   # GRPO with PPO's 4 epochs (a control)
 
 **The tiny model** (``data/tiny_math_lm``, two-digit addition), in two settings, each with the
 same number of completions sampled per step for both methods:
@@ -35,9 +36,15 @@ Reported for each setting, with 95% Student-t intervals over the paired seeds
   shortest mean completion, and collapses (held-out accuracy ending 10 points or more below the
   run's own best).
 
+**The control** (``--epochs``): PPO's default update takes 4 AdamW steps per sampled batch (4
+epochs), GRPO's 1. GRPO with ``num_iterations=4`` (its clipped epochs, the same knob) at the
+``defaults`` batch, over the same seeds, separates the epochs from the critic; it is compared
+with the PPO runs of ``llm_ppo_vs_grpo.json``, paired by seed.
+
 **The real model** (``--real``, SmolLM2-135M-Instruct after ``grpo-minimal fetch smollm2-135m``):
 a few steps of each at notebook 11's settings (16 completions per step: GRPO 2 x 8, PPO 16 x 1),
-with and without a reference (beta 0 and 0.04): peak memory and seconds per step, split.
+with and without a reference (beta 0 and 0.04): peak memory and seconds per step, split; one
+run at a time, on 2 torch threads.
 Results: ``bench/results/llm_ppo_vs_grpo.json`` (``--real``: ``llm_ppo_vs_grpo_real.json``).
 """
 
@@ -88,7 +95,7 @@ def one_run(job: dict) -> dict:
     from grpo_minimal.lm_ppo import LMPPOConfig, LMPPOTrainer
     from grpo_minimal.lm_train import MathConfig, setup, train_math
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(job.get("threads", 1))
     ppo = job["algo"] == "ppo"
     cls = LMPPOConfig if ppo else MathConfig
     cfg = cls.for_device("cpu", **job["config"])
@@ -222,11 +229,12 @@ def summarise(runs: list[dict]) -> dict:
 
 def real_model(steps: int) -> dict:
     """SmolLM2-135M: ``steps`` steps of each method at notebook 11's settings, beta 0 and 0.04,
-    each in its own process: peak memory and seconds per step."""
+    each in its own process, one after another on 2 torch threads (notebook 11's setting):
+    peak memory and seconds per step."""
     jobs = []
     for beta in (0.0, 0.04):
         for algo in ("grpo", "ppo"):
-            jobs.append({"algo": algo, "setting": f"beta={beta}", "seed": 0,
+            jobs.append({"algo": algo, "setting": f"beta={beta}", "seed": 0, "threads": 2,
                          "config": {"model": "smollm2-135m", "beta": beta, "max_steps": steps,
                                     "eval_every": 0, "eval_n": 8}})  # fmt: skip
     with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
@@ -243,7 +251,65 @@ def real_model(steps: int) -> dict:
             "peak_above_model_mb": run["peak_above_model_mb"],
             "planned_update_mb": run["planned_update_mb"],
         })  # fmt: skip
-    return {"steps": steps, "threads": 1, "runs": table}
+    return {"steps": steps, "threads": 2, "runs": table}
+
+
+BLOCK = 10  # the stored curves are means over blocks of this many steps
+
+
+def stored(run: dict) -> dict:
+    """A run as the results file keeps it: curves averaged over blocks of ``BLOCK`` steps, four
+    significant digits (the summary was computed from every step)."""
+    def blocks(values):
+        values = [v for v in values if v is not None]
+        return [float(f"{statistics.fmean(values[i : i + BLOCK]):.4g}")
+                for i in range(0, len(values), BLOCK)]  # fmt: skip
+
+    return run | {"curves": {k: blocks(v) for k, v in run["curves"].items()}, "curve_block": BLOCK}
+
+
+def write_results(path: Path, result: dict) -> None:
+    """The summary indented, one line per run (diffs stay readable, the file small)."""
+    head = {k: v for k, v in result.items() if k != "runs"}
+    text = json.dumps(head, indent=1)
+    if "runs" in result:
+        runs = ",\n".join(json.dumps(r, separators=(",", ":")) for r in result["runs"])
+        text = text[:-2] + ',\n "runs": [\n' + runs + "\n ]\n}"
+    path.write_text(text + "\n")
+
+
+def epochs_control(seeds, steps: int, workers: int) -> dict:
+    """GRPO at the defaults batch with PPO's 4 epochs, against the committed PPO runs."""
+    from grpo_minimal.course.stats import t_interval
+
+    (prompts, group), _ = SETTINGS["defaults"]
+    jobs = [{"algo": "grpo", "setting": "defaults_4_epochs", "seed": seed,
+             "config": {"seed": seed, "max_steps": steps, "eval_every": 50, "eval_n": 500,
+                        "prompts_per_step": prompts, "num_generations": group, "num_iterations": 4}}
+            for seed in seeds]  # fmt: skip
+    with multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool:
+        runs = pool.map(one_run, jobs, chunksize=1)
+    committed = json.loads((RESULTS / "llm_ppo_vs_grpo.json").read_text())["runs"]
+    ppo = {r["seed"]: r for r in committed if r["setting"] == "defaults" and r["algo"] == "ppo"}
+
+    def interval(values, null=0.0):
+        mean, low, high = t_interval(values)
+        return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
+                "values": [round(v, 4) for v in values], "verdict": verdict(low, high, null)}  # fmt: skip
+
+    final = {r["seed"]: r["evals"][-1]["accuracy"] for r in runs}
+    within = [(accuracy_within(ppo[s], min(ppo[s]["train_s"], r["train_s"])),
+               accuracy_within(r, min(ppo[s]["train_s"], r["train_s"]))) for s, r in
+              ((r["seed"], r) for r in runs)]  # fmt: skip
+    summary = {
+        "final_accuracy": interval(list(final.values())),
+        "ppo_minus_grpo_equal_completions": interval(
+            [ppo[s]["evals"][-1]["accuracy"] - a for s, a in final.items()]),
+        "ppo_minus_grpo_equal_seconds": interval([p - g for p, g in within]),
+        "seconds_per_step": split_seconds(runs),
+        "peak_above_model_mb": interval([r["peak_above_model_mb"] for r in runs]),
+    }
+    return {"summary": summary, "runs": [stored(r) for r in runs]}
 
 
 def main() -> None:
@@ -253,21 +319,25 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="2 seeds, 40 steps")
     parser.add_argument("--real", action="store_true", help="SmolLM2-135M memory and time")
+    parser.add_argument("--epochs", action="store_true", help="GRPO with 4 epochs (a control)")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.real:
-        result = real_model(steps=4)
+        result = real_model(steps=3)
         path = RESULTS / "llm_ppo_vs_grpo_real.json"
+    elif args.epochs:
+        result = epochs_control(list(range(args.seeds)), args.steps, args.workers)
+        path = RESULTS / "llm_ppo_vs_grpo_epochs.json"
     else:
         seeds, steps = (range(2), 40) if args.quick else (range(args.seeds), args.steps)
         jobs = jobs_for(list(seeds), steps, eval_every=10 if args.quick else 50)
         with multiprocessing.get_context("spawn").Pool(args.workers, maxtasksperchild=1) as pool:
             runs = pool.map(one_run, jobs, chunksize=1)
-        result = {"summary": summarise(runs), "runs": runs}
+        result = {"summary": summarise(runs), "runs": [stored(r) for r in runs]}
         path = RESULTS / ("llm_ppo_vs_grpo_quick.json" if args.quick else "llm_ppo_vs_grpo.json")
     result["command"] = "python bench/llm_ppo_vs_grpo.py " + " ".join(sys.argv[1:])
     result["bench_wall_s"] = round(time.perf_counter() - started, 1)
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(path, result)
     print(json.dumps(result.get("summary", result), indent=1))
     print(f"wrote {path} in {result['bench_wall_s']} s")
 

@@ -118,7 +118,7 @@ class LMPPOConfig(MathConfig):
     )
     value_coef: float = option(0.1, "c_V, the weight of the value loss in (25) (TRL's vf_coef)")
     value_clip: float = option(
-        0.2, "the critic's values move at most this far from the rollout's per epoch (13); 0: off"
+        0.2, "value clip (13): a value counts at most this far from its value at sampling; 0: off"
     )
     critic_learning_rate: float | None = option(
         None, "AdamW step size of the critic; None: the policy's learning_rate"
