@@ -70,6 +70,7 @@ COURSE = {
         "in the cache; the `fetch` extra reads its GGUF file) and trains it on the CPU; peak "
         "memory is about 4 GB (3.7 GiB).",
     ),
+    "12_ppo_vs_grpo_on_a_language_model": Needs("about 1.5 min"),
 }
 """The course notebooks (``notebooks/NAME.ipynb``) and what each needs."""
 
