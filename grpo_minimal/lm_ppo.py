@@ -1,7 +1,8 @@
 r"""PPO for causal language models: a learned critic, the KL in the reward, GAE over tokens.
 
-Read it beside ``lm_grpo.py``: stages 1, 2 and 5 are the same functions; stages 3 and 4 are where
-PPO and GRPO differ. Equations go on from ``ppo.py`` (10)-(14) and ``rewards.py`` (17)-(19). A
+Read it beside ``lm_grpo.py``: stages 1, 2 and 6 and the log-prob passes of stage 3 are GRPO's
+own functions; the critic's pass (3), the advantages (4) and the update (5) are where PPO and
+GRPO differ. Equations go on from ``ppo.py`` (10)-(14) and ``rewards.py`` (17)-(19). A
 completion o of T tokens is an episode: state s_t is the prompt and o_<t, action a_t the token
 o_t, and the verifiable reward R(o) (17)/(19) arrives at its last token.
 
@@ -36,8 +37,8 @@ critic from its reward model), so its body starts as a copy of the policy and it
 the value-head initialisation of the N details below: V = 0 everywhere at the first step.
 
 **The KL goes into the reward (22), not into the loss** as GRPO's beta * k3 does (8): the
-penalty on token t then reaches every earlier token through GAE, and the policy gradient treats
-it like any other reward (the surrogate is clipped, the KL is part of what the critic predicts).
+penalty on token t then reaches every earlier token through GAE (when lambda > 0), and the
+policy gradient treats it like any other reward (the surrogate is clipped, the KL is part of what the critic predicts).
 It uses k1, log pi_old - log pi_ref on the sampled token (TRL's PPO default, ``kl_estimator="k1"``);
 its expected value over samples is the KL. GRPO's loss-side penalty pulls each token directly.
 
@@ -116,7 +117,11 @@ class LMPPOConfig(MathConfig):
     gae_lambda: float = option(
         0.95, "lambda of GAE over tokens (gamma is 1): 0 is the one-step TD error, 1 the return - V"
     )
-    value_coef: float = option(0.1, "c_V, the weight of the value loss in (25) (TRL's vf_coef)")
+    value_coef: float = option(
+        0.1,
+        "c_V, the weight of the value loss in (25) (TRL's vf_coef); the critic has its own weights "
+        "and gradient clip, and AdamW hardly sees a constant scale, so it matters little here",
+    )
     value_clip: float = option(
         0.2, "value clip (13): a value counts at most this far from its value at sampling; 0: off"
     )
