@@ -39,6 +39,7 @@ from .fetch import FETCHABLE_MODELS, FetchError
 from .gym_grpo import CartPoleConfig
 from .instructor.commands import add_lab_commands
 from .lm_ppo import GRPO_ONLY, TRL_HAS_NO_PPO, LMPPOConfig
+from .lora import check_lora
 from .math_config import PROMPT_TEMPLATES, MathConfig
 from .ppo import PPOConfig
 
@@ -216,6 +217,7 @@ def prepare_math(args: argparse.Namespace):
     train_rows = load_math_rows(cfg.dataset, "train")
     eval_rows = load_eval_rows(cfg.dataset, cfg.eval_split, cfg.eval_n)[1]
     model, tokenizer = setup(cfg)
+    check_lora(cfg, model)
     train_rows, eval_rows, _ = checked_rows(cfg, model, tokenizer, train_rows, eval_rows)
     return cfg, model, tokenizer, train_rows, eval_rows
 

@@ -79,7 +79,8 @@ def mask_after_eos(completion_ids: torch.Tensor, eos_ids: Sequence[int]) -> torc
 
 def cache_argument(model) -> str:
     """The forward's name for the key/value cache: transformers 5.x renames ``past_key_values``
-    to ``cache`` (the old name warns)."""
+    to ``cache`` (the old name warns). A peft model passes it on to the model it wraps."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft (LoRA)
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 

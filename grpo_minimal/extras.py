@@ -1,11 +1,11 @@
 """The optional parts of the course and the extra that installs each.
 
 A base install (``pip install grpo-minimal``) runs every course notebook, the CartPole and math
-commands and the tiny models. Four roads need more, each from an extra of ``pyproject.toml``:
+commands and the tiny models. Five roads need more, each from an extra of ``pyproject.toml``:
 ``labs`` (otter-grader: ``grpo-minimal lab check | grade | build`` and the lab notebooks), ``trl``
 (TRL's ``GRPOTrainer``: ``math --backend trl``, notebook 06's comparison), ``gpu`` (the
 real-model path: GSM8K from the Hub, accelerate, DeepSpeed) and ``fetch`` (the ``gguf`` reader
-``grpo-minimal fetch`` converts a real model with, notebook 11). ``require`` turns a missing one into
+``grpo-minimal fetch`` converts a real model with, notebook 11) and ``lora`` (peft: ``--lora-r``). ``require`` turns a missing one into
 one line that names the extra to install, instead of an ImportError deep in a traceback.
 """
 
@@ -28,6 +28,7 @@ EXTRAS = {
     "trl": ("trl", "datasets"),
     "gpu": ("trl", "datasets", "accelerate"),
     "fetch": ("gguf",),
+    "lora": ("peft",),
 }
 """The modules each extra brings that the code imports (an extra may install more)."""
 

@@ -43,6 +43,7 @@ from .completions import (
 )
 from .device import autocast, grad_scaler, pick_dtype
 from .lm_model import enable_activation_checkpointing, eos_token_ids, format_prompt
+from .lora import AdapterOff, add_lora
 from .losses import grpo_loss, masked_mean
 from .math_config import MathConfig
 from .prompt_cache import shared_prompt_logits
@@ -124,6 +125,8 @@ class LMGRPOTrainer:
     ) -> None:  # fmt: skip
         from transformers import get_scheduler
 
+        if cfg.lora_r:  # only the adapters train (lora.py)
+            model = add_lora(model, cfg)
         self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
         self.device = next(model.parameters()).device
         self.dtype = pick_dtype(self.device, cfg.dtype)
@@ -140,7 +143,11 @@ class LMGRPOTrainer:
         # a frozen copy in the policy's own precision, run under the same autocast: the KL is
         # exactly 0 until the policy moves (a reference cast to bf16 / fp16 would differ from
         # the fp32 policy at once, and beta would pull the policy towards rounded weights)
-        self.reference = copy.deepcopy(model).requires_grad_(False).eval() if cfg.beta > 0 else None
+        # with LoRA the reference is the same network with its adapter off: no copy at all
+        self.reference = None
+        if cfg.beta > 0:
+            self.reference = (AdapterOff(model) if cfg.lora_r
+                              else copy.deepcopy(model).requires_grad_(False).eval())  # fmt: skip
         # fused: one kernel for all parameters (TRL's default, adamw_torch_fused, does the same)
         self.optimizer = torch.optim.AdamW(
             adamw_groups(model, cfg.weight_decay), lr=cfg.learning_rate, fused=True
@@ -166,7 +173,11 @@ class LMGRPOTrainer:
 
     @torch.no_grad()
     def fixed_logps(self, model, rollout: CompletionGroups) -> torch.Tensor:
-        """Step 4: log-probs that stay fixed during the update (old policy or reference)."""
+        """Step 4: log-probs that stay fixed during the update (old policy or reference; a LoRA
+        run's reference, ``lora.AdapterOff``, is the policy with its adapter disabled)."""
+        if isinstance(model, AdapterOff):
+            with model.disabled():
+                return self.fixed_logps(model.model, rollout)
         parts = []
         for _, micro in rollout.split(self.cfg.gradient_accumulation_steps):
             with self.amp():

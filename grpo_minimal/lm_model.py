@@ -43,7 +43,8 @@ def resolve_model_name(name: str) -> str:
 
     A name that can only be a local path (it starts with ``.``, ``/`` or ``~``, has more than
     one ``/``, or its first part is a local folder, as ``data/`` is) must be a folder holding a
-    ``config.json``: a typo is refused at once instead of being looked up on the Hub.
+    ``config.json`` (or a LoRA run's ``adapter_config.json``): a typo is refused at once instead
+    of being looked up on the Hub.
     """
     if name in SHIPPED_MODELS:
         return str(shipped.model_path(name))  # a clear error if this install lacks it
@@ -53,7 +54,7 @@ def resolve_model_name(name: str) -> str:
     slashes = name.count("/")
     local = name.startswith((".", "/", "~")) or slashes > 1 or (slashes and path.parent.is_dir())
     if local or path.is_dir():
-        if not (path / "config.json").is_file():
+        if not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
             what = "holds no config.json" if path.is_dir() else "is not a folder"
             raise ValueError(
                 f"model: {name!r} {what}; give a model folder (a checkpoint written by "
@@ -105,13 +106,19 @@ def load_tokenizer(name: str):
 
 
 def load_model(name: str, device: torch.device):
-    """A causal LM (float32 weights, dropout off) and its tokenizer (``load_tokenizer``)."""
+    """A causal LM (float32 weights, dropout off) and its tokenizer (``load_tokenizer``); a LoRA
+    checkpoint loads as its base model with the adapter merged (``lora.load_adapter_merged``)."""
     from transformers import AutoModelForCausalLM
+
+    from .lora import is_adapter_folder, load_adapter_merged
 
     name = resolve_model_name(name)
     tokenizer = load_tokenizer(name)
     with quiet_transformers():
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).to(device)
+        if is_adapter_folder(name):  # a LoRA run's checkpoint: its base, the adapter merged in
+            model = load_adapter_merged(name, device, load_model).to(device)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).to(device)
     disable_dropout(model)
     return model, tokenizer
 

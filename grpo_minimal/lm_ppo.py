@@ -135,6 +135,9 @@ class LMPPOConfig(MathConfig):
         for name in GRPO_ONLY:
             if getattr(self, name) != defaults[name]:
                 raise ValueError(f"{name} is a GRPO setting; PPO (--algo ppo) does not use it")
+        if self.lora_r:
+            raise ValueError("lora_r must be 0 with --algo ppo: PPO's critic is built for a full "
+                             "fine-tune; LoRA runs with GRPO")
         check_range("num_minibatches", self.num_minibatches, 1)
         per_minibatch, left = divmod(self.prompts_per_step, self.num_minibatches)
         if left:

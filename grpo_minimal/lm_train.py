@@ -123,6 +123,7 @@ def train_math(
         cfg, model, tokenizer, train_rows, eval_rows, needs_answer=reward_funcs is None
     )
     trainer = trainer_cls(cfg, model, tokenizer, reward_funcs, reward_weights)
+    model = trainer.model  # with LoRA, the model wrapped with its adapters (saved as an adapter)
 
     metrics_file = None
     if out_dir is not None:

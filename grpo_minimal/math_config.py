@@ -103,6 +103,23 @@ class MathConfig(ObjectiveConfig):
     save_every: int = option(
         0, "write a checkpoint to the output folder every this many steps (0: only at the end)"
     )
+    lora_r: int = option(
+        0,
+        "LoRA rank: train low-rank adapters on lora_target_modules instead of every weight (the "
+        "lora extra, peft); 0 trains every weight. With beta > 0 the reference is the base model "
+        "with the adapter off, no copy",
+    )
+    lora_alpha: float | None = option(
+        None, "LoRA scale numerator: the adapter adds (lora_alpha / lora_r) B A x; None: 2 * lora_r"
+    )
+    lora_dropout: float = option(
+        0.0, "dropout on the adapter's input (0: the same log-probs on every pass, ratio 1 on-policy)"
+    )
+    lora_target_modules: str = option(
+        "all-linear",
+        "layers that get an adapter: all-linear (every linear layer of the blocks, not the output "
+        "head; peft's name) or comma-separated module names such as q_proj,v_proj",
+    )
     device: str = option("auto", "auto (CUDA if available, else CPU), cpu, cuda or cuda:N")
     dtype: str = option(
         "auto",
@@ -219,6 +236,19 @@ class MathConfig(ObjectiveConfig):
         if self.device not in DEVICE_NAMES and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be one of {DEVICE_NAMES} or cuda:N, got {self.device!r}")
         check_choice("dtype", self.dtype, DTYPE_NAMES)
+        check_range("lora_r", self.lora_r, 0)
+        if self.lora_alpha is not None:
+            check_range("lora_alpha", self.lora_alpha, 0.0, low_open=True)
+        check_range("lora_dropout", self.lora_dropout, 0.0, 1.0, high_open=True)
+        if not isinstance(self.lora_target_modules, str) or not self.lora_target_modules.strip():
+            raise ValueError(
+                f"lora_target_modules must be all-linear or module names, got {self.lora_target_modules!r}"
+            )
+        if self.lora_r and self.ref_update_every:
+            raise ValueError(
+                "ref_update_every must be 0 with lora_r > 0: the reference is the base model with "
+                "the adapter off, which training never changes"
+            )
         if not isinstance(self.gradient_checkpointing, bool):
             raise ValueError(
                 f"gradient_checkpointing must be True or False, got {self.gradient_checkpointing!r}"

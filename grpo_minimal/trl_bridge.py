@@ -126,7 +126,9 @@ def trl_config_values(cfg: MathConfig, output_dir: str, processes: int | None = 
         ref_model_sync_steps=max(cfg.ref_update_every, 1) * cfg.num_iterations,
         ref_model_mixup_alpha=1.0,  # the reference becomes a copy of the policy, as ours
         reward_weights=reward_functions(format_weight=cfg.format_weight)[1],
-        disable_dropout=True,
+        # the course's models run without dropout (lm_model.load_model); only LoRA's own, when
+        # lora_dropout asks for it, stays on, as on the grpo_minimal backend
+        disable_dropout=not (cfg.lora_r and cfg.lora_dropout > 0),
         logging_steps=cfg.num_iterations,  # one log per sampled batch, as our steps
         disable_tqdm=True,
     )
@@ -210,6 +212,7 @@ def make_trl_trainer(
     from trl import GRPOTrainer
 
     from .lm_model import format_prompt, quiet_transformers
+    from .lora import lora_config
     from .rewards import reward_functions
 
     if reward_funcs is None:
@@ -221,9 +224,13 @@ def make_trl_trainer(
     rows = [{**row, "prompt": format_prompt(row["prompt"], tokenizer, cfg.prompt_template),
              DATASET_PROMPT: row["prompt"]} for row in train_rows]  # fmt: skip
     clock = make_trl_callbacks(time_budget_s)
+    # LoRA: TRL wraps the model with the same peft adapters, and with beta > 0 computes the
+    # reference with them disabled, as lm_grpo does (lora.py)
+    peft_config = lora_config(cfg) if cfg.lora_r else None
     with quiet_transformers():  # TRL loads a reference model when beta > 0
         trainer = GRPOTrainer(
             model=model,
+            peft_config=peft_config,
             reward_funcs=funcs,
             args=trl_grpo_config(cfg, output_dir, **overrides),
             train_dataset=Dataset.from_list(rows),

@@ -116,7 +116,7 @@ def one_step(tiny, tokenizer=None, reward_funcs=(spread_reward,), completions=No
         for handle in handles:
             handle.remove()
     after = [p.detach().clone() for p in model.parameters()]
-    grads = [p.grad.clone() for p in model.parameters()]
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]  # LoRA: frozen
     return Step(record, trainer, before, after, grads, model_before)
 
 
@@ -526,6 +526,51 @@ def case_use_bias_correction_kl(tiny, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(plain.after, corrected.after, strict=True))
 
 
+def lora_layers(model) -> dict:
+    """name -> peft LoRA layer, for every module that got an adapter."""
+    from peft.tuners.lora import LoraLayer
+
+    return {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+
+
+def case_lora_r(tiny, tmp_path):
+    # 0: every weight trains. r > 0: only the adapters, of rank r, and with beta > 0 the
+    # reference is the policy with its adapter off (lora.AdapterOff), not a copy
+    full = one_step(tiny)
+    assert full.trainer.model is not None and not lora_layers(full.trainer.model)
+    step = one_step(tiny, lora_r=4, beta=0.04, learning_rate=1e-2)
+    layers = lora_layers(step.trainer.model)
+    assert layers and {m.r["default"] for m in layers.values()} == {4}
+    trained = {n for n, p in step.trainer.model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n for n in trained)
+    from grpo_minimal.lora import AdapterOff
+
+    assert isinstance(step.trainer.reference, AdapterOff)
+    assert step.trainer.reference.model is step.trainer.model
+
+
+def case_lora_alpha(tiny, tmp_path):
+    # the adapter's output is scaled by lora_alpha / lora_r (None: 2 * lora_r, a scale of 2)
+    for alpha, scale in ((None, 2.0), (12.0, 3.0)):
+        layers = lora_layers(one_step(tiny, lora_r=4, lora_alpha=alpha).trainer.model)
+        assert {m.scaling["default"] for m in layers.values()} == {scale}
+
+
+def case_lora_dropout(tiny, tmp_path):
+    for p in (0.0, 0.25):
+        layers = lora_layers(one_step(tiny, lora_r=4, lora_dropout=p).trainer.model)
+        drops = {getattr(m.lora_dropout["default"], "p", 0.0) for m in layers.values()}
+        assert drops == {p}
+
+
+def case_lora_target_modules(tiny, tmp_path):
+    every = lora_layers(one_step(tiny, lora_r=4).trainer.model)
+    assert {n.rsplit(".", 1)[-1] for n in every} == {
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # not lm_head
+    two = lora_layers(one_step(tiny, lora_r=4, lora_target_modules="q_proj, v_proj").trainer.model)
+    assert {n.rsplit(".", 1)[-1] for n in two} == {"q_proj", "v_proj"}
+
+
 def case_seed(tiny, tmp_path):
     # the shuffled order of the training rows, and the sampling
     for seed in (0, 1):
@@ -624,6 +669,10 @@ TRL_ELSEWHERE = {
     "allow_eval_overlap": "test_train_math_trl_budget_and_held_out_rows",
     "eval_every": "test_train_math_trl_evaluates_every_eval_every_steps",
     "save_every": "test_train_math_trl_saves_every_save_every_steps",
+    "lora_r": "test_trl_trainer_gets_the_same_lora_adapters",
+    "lora_alpha": "test_trl_trainer_gets_the_same_lora_adapters",
+    "lora_dropout": "test_trl_trainer_gets_the_same_lora_adapters",
+    "lora_target_modules": "test_trl_trainer_gets_the_same_lora_adapters",
     # the caller loads the model and the rows from these (cli.prepare_math, the same code for
     # both backends; train_math_trl takes the model and rows)
     "model": "cli.prepare_math",
@@ -708,6 +757,20 @@ def test_trl_trainer_samples_from_the_template(tiny, tmp_path):
     for template, prompt in {"plain": "23+45=", "r1": "223+45=", "boxed": "123+45="}.items():
         trainer = trl_trainer(tiny, tmp_path, tokenizer=chat, prompt_template=template)
         assert trainer.train_dataset[0]["prompt"] == prompt
+
+
+def test_trl_trainer_gets_the_same_lora_adapters(tiny, tmp_path):
+    """TRL receives the run's peft config: rank, scale, dropout and target modules; with LoRA
+    and beta > 0 it keeps no reference copy (the adapter is disabled instead)."""
+    settings = dict(lora_r=4, lora_alpha=12.0, lora_dropout=0.25, lora_target_modules="q_proj,v_proj")
+    trainer = trl_trainer(tiny, tmp_path, beta=0.04, **settings)
+    layers = lora_layers(trainer.model)
+    assert {n.rsplit(".", 1)[-1] for n in layers} == {"q_proj", "v_proj"}
+    assert {m.r["default"] for m in layers.values()} == {4}
+    assert {m.scaling["default"] for m in layers.values()} == {3.0}
+    assert {m.lora_dropout["default"].p for m in layers.values()} == {0.25}
+    assert trainer.ref_model is None
+    assert not lora_layers(trl_trainer(tiny, tmp_path, beta=0.04).model)
 
 
 def test_trl_trainer_keeps_a_reference_only_with_beta(tiny, tmp_path):

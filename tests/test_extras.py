@@ -23,6 +23,7 @@ PROVIDES = {
     "datasets": "datasets",
     "accelerate": "accelerate",
     "gguf": "gguf",
+    "peft": "peft",
 }
 
 
@@ -35,8 +36,9 @@ def test_every_extra_installs_the_modules_it_is_named_for():
     assert set(extras.EXTRAS) | {"dev"} == set(defined)
     for extra, modules in extras.EXTRAS.items():
         assert {PROVIDES[m] for m in modules} <= _names(defined[extra]), extra
-    # dev holds everything the suite needs: the labs, trl and fetch extras whole
+    # dev holds everything the suite needs: the labs, trl, fetch and lora extras whole
     needed = _names(defined["labs"]) | _names(defined["trl"]) | _names(defined["fetch"])
+    needed |= _names(defined["lora"])
     assert needed <= _names(defined["dev"])
 
 
@@ -103,3 +105,13 @@ def test_load_gsm8k_names_the_gpu_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
     with pytest.raises(extras.MissingExtra, match=r"needs the \[gpu\] extra \(missing: datasets"):
         load_gsm8k("test")
+
+
+def test_lora_without_peft_is_one_line_naming_the_extra(without, capsys, tmp_path):
+    from grpo_minimal.cli import main
+
+    without("peft")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["math", "--lora-r", "4", "--max-steps", "1", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "lora" in err and len(err.strip().splitlines()) == 1
