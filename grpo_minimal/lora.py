@@ -18,12 +18,23 @@ folder, loads the base and merges the adapter into it (``load_adapter_merged``).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
 from pathlib import Path
 
 from .extras import require
 
 ADAPTER_CONFIG = "adapter_config.json"
+
+
+@contextlib.contextmanager
+def quiet_peft():
+    """peft 0.21 asks transformers 5 for ``is_gradient_checkpointing``, a deprecated name: its
+    FutureWarning says nothing a learner can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        yield
 
 
 def lora_config(cfg):
@@ -45,7 +56,8 @@ def add_lora(model, cfg):
     from peft import get_peft_model
 
     try:
-        return get_peft_model(model, lora_config(cfg))
+        with quiet_peft():
+            return get_peft_model(model, lora_config(cfg))
     except ValueError as err:  # e.g. a target module name the model does not have
         raise ValueError(f"lora_target_modules: {' '.join(str(err).split())}") from None
 
@@ -89,4 +101,5 @@ def load_adapter_merged(path: str | Path, device, base_loader):
     if not base_name:
         raise ValueError(f"{path}: {ADAPTER_CONFIG} names no base model")
     base, _ = base_loader(base_name, device)
-    return PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+    with quiet_peft():
+        return PeftModel.from_pretrained(base, str(path)).merge_and_unload()

@@ -163,3 +163,14 @@ def test_bad_lora_flags_are_one_line(flags, message, capsys, tmp_path):
               "--out", str(tmp_path / "x")])  # fmt: skip
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_lora_defaults_apply_only_when_lora_is_on():
+    """``LORA_DEFAULTS``: the tiny model's LoRA learning rate (chosen on validation) replaces the
+    full fine-tune's only when lora_r > 0 and no rate is given."""
+    full = MathConfig.for_device("cpu")
+    assert MathConfig.for_device("cpu", lora_r=8).learning_rate == MathConfig.LORA_DEFAULTS["tiny"]["learning_rate"]
+    assert MathConfig.for_device("cpu", lora_r=8).learning_rate != full.learning_rate
+    assert MathConfig.for_device("cpu", lora_r=8, learning_rate=2e-4).learning_rate == 2e-4
+    smol = MathConfig.for_device("cpu", model="smollm2-135m")
+    assert MathConfig.for_device("cpu", model="smollm2-135m", lora_r=8).learning_rate == smol.learning_rate
