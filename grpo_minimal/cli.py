@@ -196,6 +196,8 @@ def prepare_math(args: argparse.Namespace):
     if args.algo == "ppo" and args.backend == "trl":
         raise ValueError(TRL_HAS_NO_PPO)
     cfg = _math_config(args)
+    if args.merge and not cfg.lora_r:
+        raise ValueError("--merge writes a LoRA run's adapter merged into its base: it needs --lora-r")
     check_out(args.out)
     if args.backend == "grpo_minimal" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError(
@@ -252,6 +254,11 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
         processes = 1
     plot_history(history, out / "learning_curve.png", title=f"{args.algo.upper()} on {cfg.dataset}")
     evals = [r for r in history if "eval_accuracy" in r]
+    merged = {}
+    if args.merge:
+        from .lora import write_merged
+
+        merged = {"merged": str(write_merged(out, out / "merged"))}
     return {
         "algo": args.algo,
         "model": cfg.model,
@@ -268,6 +275,7 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
         "eval_n": evals[0]["eval_n"],
         "eval_overlap": evals[0]["eval_overlap"],
         "out": str(out),
+        **merged,
     }
 
 
@@ -386,22 +394,17 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
                       help="grpo (lm_grpo.py), or ppo with a critic and GAE (lm_ppo.py); "
                       "`math --algo ppo --help` lists PPO's flags")  # fmt: skip
     math.add_argument("--out", default="runs/math", help="output folder")
-    math.add_argument(
-        "--backend",
-        choices=["grpo_minimal", "trl"],
-        default="grpo_minimal",
-        help="grpo_minimal: this package's trainer (one process); trl: the same MathConfig, "
-        "rewards and data through TRL's GRPOTrainer, which torchrun --nproc_per_node N runs "
-        "data-parallel",
-    )
-    math.add_argument(
-        "--trl",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="with --backend trl: a TRL GRPOConfig setting the MathConfig has no name for, e.g. "
-        "--trl use_vllm=true --trl vllm_mode=colocate (repeatable; values are JSON or text)",
-    )
+    math.add_argument("--merge", action="store_true",
+                      help="with --lora-r: also write the adapter merged into its base model, a "
+                      "full model any transformers code loads, in OUT/merged")  # fmt: skip
+    math.add_argument("--backend", choices=["grpo_minimal", "trl"], default="grpo_minimal",
+                      help="grpo_minimal: this package's trainer (one process); trl: the same "
+                      "MathConfig, rewards and data through TRL's GRPOTrainer, which torchrun "
+                      "--nproc_per_node N runs data-parallel")  # fmt: skip
+    math.add_argument("--trl", action="append", default=[], metavar="KEY=VALUE",
+                      help="with --backend trl: a TRL GRPOConfig setting the MathConfig has no name "
+                      "for, e.g. --trl use_vllm=true --trl vllm_mode=colocate (repeatable; values "
+                      "are JSON or text)")  # fmt: skip
     math.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     math.set_defaults(prepare=prepare_math, func=run_math)
 

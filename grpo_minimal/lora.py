@@ -2,7 +2,7 @@
 
 With ``lora_r > 0`` (``MathConfig``) the policy is the model wrapped by peft's
 ``get_peft_model``: every linear layer of the blocks (``lora_target_modules``, peft's
-``"all-linear"`` by default, as TRL's and the Hugging Face course's examples) gains
+``"all-linear"`` by default: every linear layer but the output head) gains
 W x + (alpha / r) B A x, with A [r, in] and B [out, r] trained (B starts at 0, so the first step
 starts from the base model) and W frozen. Nothing in the GRPO loss changes.
 
@@ -13,7 +13,8 @@ reference for ``LMGRPOTrainer.fixed_logps``, which runs it inside peft's ``disab
 
 A LoRA run's checkpoint is the adapter (``adapter_config.json``, ``adapter_model.safetensors``,
 peft's format, which names its base model) beside the tokenizer; ``load_model`` recognises the
-folder, loads the base and merges the adapter into it (``load_adapter_merged``).
+folder, loads the base and merges the adapter into it (``load_adapter_merged``); ``--merge``
+also writes that merged model to ``OUT/merged`` (``write_merged``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def quiet_peft():
 
 def lora_config(cfg):
     """peft's ``LoraConfig`` for the run: rank ``lora_r``, scale ``lora_alpha / lora_r``
-    (``lora_alpha`` None: 2 r, the Hugging Face course's ratio), dropout, target modules."""
+    (``lora_alpha`` None: 2 r, a scale of 2 whatever the rank), dropout, target modules."""
     require("lora", "--lora-r")
     from peft import LoraConfig
 
@@ -103,3 +104,18 @@ def load_adapter_merged(path: str | Path, device, base_loader):
     base, _ = base_loader(base_name, device)
     with quiet_peft():
         return PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+
+
+def write_merged(adapter_dir: str | Path, out_dir: str | Path) -> Path:
+    """``--merge``: the LoRA checkpoint in ``adapter_dir`` written as one ordinary model (the
+    adapter merged into its base's weights) with its tokenizer, into ``out_dir``: a folder any
+    transformers code loads, without peft."""
+    import torch
+
+    from .lm_model import load_model
+    from .lm_train import save_checkpoint
+
+    model, tokenizer = load_model(str(adapter_dir), torch.device("cpu"))
+    save_checkpoint(model, tokenizer, out_dir)
+    return Path(out_dir)
+

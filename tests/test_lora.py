@@ -138,7 +138,7 @@ def test_a_lora_step_matches_trl(tiny, tmp_path):
 def test_a_lora_run_saves_its_adapter_and_evaluates(tmp_path, capsys):
     out = tmp_path / "lora"
     main(["math", "--lora-r", "4", "--learning-rate", "1e-3", "--max-steps", "3", "--eval-n", "20",
-          "--no-progress", "--out", str(out)])  # fmt: skip
+          "--no-progress", "--merge", "--out", str(out)])  # fmt: skip
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     files = {p.name for p in out.iterdir()}
     assert {"adapter_config.json", "adapter_model.safetensors", "grpo_config.json"} <= files
@@ -146,6 +146,13 @@ def test_a_lora_run_saves_its_adapter_and_evaluates(tmp_path, capsys):
     main(["evaluate", "math", "--model", str(out), "--n", "20"])
     result = json.loads(capsys.readouterr().out)
     assert result["accuracy"] == summary["accuracy_after"]
+    # --merge: one ordinary model, no adapter files, the same answers
+    merged = out / "merged"
+    assert summary["merged"] == str(merged)
+    files = {p.name for p in merged.iterdir()}
+    assert "model.safetensors" in files and "config.json" in files and "adapter_config.json" not in files
+    main(["evaluate", "math", "--model", str(merged), "--n", "20", "--dataset", "arithmetic"])
+    assert json.loads(capsys.readouterr().out)["accuracy"] == summary["accuracy_after"]
 
 
 @pytest.mark.parametrize(
@@ -155,6 +162,7 @@ def test_a_lora_run_saves_its_adapter_and_evaluates(tmp_path, capsys):
         (["--lora-r", "4", "--ref-update-every", "2"], "ref_update_every must be 0 with lora_r > 0"),
         (["--lora-r", "4", "--lora-dropout", "1"], "lora_dropout must be in"),
         (["--lora-r", "4", "--lora-target-modules", "no_such_layer"], "lora_target_modules:"),
+        (["--merge"], "--merge writes a LoRA run's adapter"),
     ],
 )
 def test_bad_lora_flags_are_one_line(flags, message, capsys, tmp_path):
