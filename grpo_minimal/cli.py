@@ -256,9 +256,9 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
     evals = [r for r in history if "eval_accuracy" in r]
     merged = {}
     if args.merge:
-        from .lora import write_merged
+        from .lm_train import save_merged
 
-        merged = {"merged": str(write_merged(out, out / "merged"))}
+        merged = {"merged": str(save_merged(out, out / "merged"))}
     return {
         "algo": args.algo,
         "model": cfg.model,

@@ -299,3 +299,12 @@ def save_checkpoint(
             os.replace(path, out / path.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def save_merged(adapter_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """``--merge``: the LoRA checkpoint in ``adapter_dir`` written as one ordinary model (the
+    adapter merged into its base's weights, ``lora.load_adapter_merged``) with its tokenizer,
+    into ``out_dir``: a folder any transformers code loads, without peft."""
+    model, tokenizer = load_model(str(adapter_dir), torch.device("cpu"))
+    save_checkpoint(model, tokenizer, out_dir)
+    return Path(out_dir)

@@ -14,7 +14,7 @@ reference for ``LMGRPOTrainer.fixed_logps``, which runs it inside peft's ``disab
 A LoRA run's checkpoint is the adapter (``adapter_config.json``, ``adapter_model.safetensors``,
 peft's format, which names its base model) beside the tokenizer; ``load_model`` recognises the
 folder, loads the base and merges the adapter into it (``load_adapter_merged``); ``--merge``
-also writes that merged model to ``OUT/merged`` (``write_merged``).
+also writes that merged model to ``OUT/merged`` (``lm_train.save_merged``).
 """
 
 from __future__ import annotations
@@ -104,18 +104,3 @@ def load_adapter_merged(path: str | Path, device, base_loader):
     base, _ = base_loader(base_name, device)
     with quiet_peft():
         return PeftModel.from_pretrained(base, str(path)).merge_and_unload()
-
-
-def write_merged(adapter_dir: str | Path, out_dir: str | Path) -> Path:
-    """``--merge``: the LoRA checkpoint in ``adapter_dir`` written as one ordinary model (the
-    adapter merged into its base's weights) with its tokenizer, into ``out_dir``: a folder any
-    transformers code loads, without peft."""
-    import torch
-
-    from .lm_model import load_model
-    from .lm_train import save_checkpoint
-
-    model, tokenizer = load_model(str(adapter_dir), torch.device("cpu"))
-    save_checkpoint(model, tokenizer, out_dir)
-    return Path(out_dir)
-
