@@ -1,5 +1,5 @@
-"""grpo_minimal.course.memory: the planner against one real update counted tensor by tensor, the models
-each algorithm keeps, and the Qwen2.5 sizes it is asked about."""
+"""grpo_minimal.course.memory: the planner against one real update counted tensor by tensor (a full
+fine-tune and LoRA), the models each algorithm keeps, and the Qwen2.5 sizes it is asked about."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from grpo_minimal.course.memory import (
     QWEN2_5,
     count_parameters,
     count_update,
+    lora_parameters,
     models_of,
     plan_memory,
     plan_update,
@@ -43,6 +44,47 @@ def test_the_plan_matches_a_counted_update(config, algo, checkpointing):
         assert (count.activations > 0) == count.trained
 
 
+@pytest.mark.parametrize("config", [TINY, OTHER], ids=["tiny", "other"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["stored", "checkpointed"])
+def test_the_lora_plan_matches_a_counted_lora_update(config, checkpointing):
+    """A GRPO update with LoRA (peft, rank 8, every block linear), counted as ``lora.add_lora``
+    builds it: the base's weights, the adapters' gradients and AdamW states, the activations,
+    and no reference model although beta > 0."""
+    pytest.importorskip("peft")
+    batch, seq_len = 16, 24
+    counted = count_update(config, "grpo", batch, seq_len, gradient_checkpointing=checkpointing,
+                           lora_r=8)  # fmt: skip
+    planned = plan_update(config, "grpo", batch, seq_len, gradient_checkpointing=checkpointing,
+                          lora_r=8)  # fmt: skip
+    assert [r.role for r in counted] == [r.role for r in planned] == ["policy"]
+    (count,), (plan,) = counted, planned
+    assert (count.parameters, count.weights, count.gradients, count.optimizer) == (
+        plan.parameters, plan.weights, plan.gradients, plan.optimizer
+    )  # fmt: skip
+    slack = batch * seq_len * (8 * config.num_hidden_layers + 16) * 4
+    assert abs(count.activations - plan.activations) <= slack
+    full = plan_update(config, "grpo", batch, seq_len, gradient_checkpointing=checkpointing)[0]
+    assert plan.gradients < full.gradients / 5 and plan.activations < full.activations
+
+
+def test_lora_accounting_by_hand():
+    """The tiny model (h 128, i 384, 4 layers, 2 key/value heads of 32): each layer's seven
+    linears get r (in + out) values, r (2h + 2(h + 64) + 2h + 2(h + i) + (i + h)) =
+    8 x 2432 = 19,456 at r 8, so 77,824 in all; float32: 4 bytes each of weight and gradient
+    and 8 of AdamW, on top of the frozen base's 4 per weight. Stored activations per token:
+    4 x (6h + 4i + 2 x 64 + 7r) + 0 + 18 logits = 9,970 values."""
+    assert lora_parameters(TINY, 8) == 4 * 8 * 2432 == 77_824
+    n = count_parameters(TINY)
+    (policy,) = plan_update(TINY, "grpo", batch_size=2, seq_len=3, beta=0.04, lora_r=8)
+    assert policy.parameters == n + 77_824
+    assert (policy.weights, policy.gradients, policy.optimizer) == (
+        4 * (n + 77_824), 4 * 77_824, 8 * 77_824
+    )  # fmt: skip
+    assert policy.activations == 2 * 3 * 9_970 * 4
+    with pytest.raises(ValueError, match="lora_r: the planner counts LoRA for GRPO only"):
+        plan_update(TINY, "ppo", 1, 8, lora_r=8)
+
+
 def test_checkpointing_keeps_a_fraction_of_the_activations():
     stored = count_update(TINY, "grpo", 16, 24)[0].activations
     checkpointed = count_update(TINY, "grpo", 16, 24, gradient_checkpointing=True)[0].activations
@@ -54,6 +96,7 @@ def test_the_models_each_algorithm_keeps():
     assert roles("ppo", 0.04, True) == ["policy", "value", "reference", "reward"]
     assert roles("grpo", 0.04, False) == ["policy", "reference"]  # a verifiable reward
     assert roles("grpo", 0.0, False) == ["policy"]  # TRL's default beta
+    assert roles("grpo", 0.04, False, True) == ["policy"]  # LoRA: the reference is the base
     with pytest.raises(ValueError, match="algo must be one of"):
         models_of("dpo", 0.0, False)
     with pytest.raises(ValueError, match="precision must be one of"):
@@ -61,8 +104,9 @@ def test_the_models_each_algorithm_keeps():
 
 
 def test_qwen_sizes_match_their_model_cards():
-    """Qwen2.5 model cards: 0.49B and 7.61B parameters."""
+    """Qwen2.5 model cards: 0.49B, 1.54B and 7.61B parameters."""
     assert count_parameters(qwen2_config(**QWEN2_5["0.5B"])) / 1e9 == pytest.approx(0.49, abs=0.005)
+    assert count_parameters(qwen2_config(**QWEN2_5["1.5B"])) / 1e9 == pytest.approx(1.54, abs=0.005)
     assert count_parameters(qwen2_config(**QWEN2_5["7B"])) / 1e9 == pytest.approx(7.61, abs=0.01)
 
 
