@@ -92,7 +92,9 @@ def models_of(
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
     if lora and algo != "grpo":
-        raise ValueError("lora_r: the planner counts LoRA for GRPO only (lm_ppo trains no adapters)")
+        raise ValueError(
+            "lora_r: the planner counts LoRA for GRPO only (lm_ppo trains no adapters)"
+        )
     models = [("policy", True, "lm")]
     if algo == "ppo":
         models.append(("value", True, "value"))
