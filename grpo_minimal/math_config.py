@@ -6,6 +6,7 @@ importing each other.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -113,7 +114,8 @@ class MathConfig(ObjectiveConfig):
         None, "LoRA scale numerator: the adapter adds (lora_alpha / lora_r) B A x; None: 2 * lora_r"
     )
     lora_dropout: float = option(
-        0.0, "dropout on the adapter's input (0: the same log-probs on every pass, ratio 1 on-policy)"
+        0.0,
+        "dropout on the adapter's input (0: the same log-probs on every pass, ratio 1 on-policy)",
     )
     lora_target_modules: str = option(
         "all-linear",
@@ -189,10 +191,10 @@ class MathConfig(ObjectiveConfig):
     }
 
     # LoRA trains fewer weights and wants a larger learning rate than a full fine-tune: taken
-    # when lora_r > 0 and no rate is given. The tiny model's was chosen at lora_r 8 on a
-    # validation carve-out of the training split (1e-4, 1e-3, 3e-3; data/README.md); no other
-    # model has one yet.
-    LORA_DEFAULTS = {"tiny": {"learning_rate": 1e-3}}
+    # when lora_r > 0 and no rate is given. Chosen on validation (data/README.md): the tiny
+    # model's at lora_r 8 on a carve-out of the training split (1e-4, 1e-3, 3e-3), SmolLM2's at
+    # lora_r 16 on its validation split (1e-4, 3e-4, 1e-3). No other model has one.
+    LORA_DEFAULTS = {"tiny": {"learning_rate": 1e-3}, "smollm2-135m": {"learning_rate": 3e-4}}
 
     @classmethod
     def for_device(cls, device: str = "auto", **overrides) -> MathConfig:
@@ -217,6 +219,10 @@ class MathConfig(ObjectiveConfig):
         model = values.get("model", cls.__dataclass_fields__["model"].default)
         if values.get("lora_r") and model in cls.LORA_DEFAULTS:
             values = cls.LORA_DEFAULTS[model] | values
+        elif values.get("lora_r") and "learning_rate" not in overrides:
+            warnings.warn(f"lora_r: no LoRA learning rate was chosen for {model}; the full "
+                          "fine-tune's is kept, and LoRA usually needs a larger one (10x and 30x "
+                          "on the models in LORA_DEFAULTS): pass --learning-rate", stacklevel=2)  # fmt: skip
         return cls(device=device, **values)
 
     def validate(self) -> None:

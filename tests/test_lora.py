@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 
 import pytest
 import torch
@@ -69,8 +70,12 @@ def test_no_second_copy_of_the_weights(tiny):
     lora = LMGRPOTrainer(cfg(), copy.deepcopy(tiny[0]), tiny[1])
 
     def held(trainer):
-        models = [trainer.model] + ([trainer.reference] if isinstance(trainer.reference, torch.nn.Module) else [])
-        storages = {p.untyped_storage().data_ptr(): p.numel() for m in models for p in m.parameters()}
+        models = [trainer.model] + (
+            [trainer.reference] if isinstance(trainer.reference, torch.nn.Module) else []
+        )
+        storages = {
+            p.untyped_storage().data_ptr(): p.numel() for m in models for p in m.parameters()
+        }
         return sum(storages.values())
 
     adapters = sum(p.numel() for p in lora.model.parameters() if p.requires_grad)
@@ -111,7 +116,9 @@ def test_a_lora_step_matches_trl(tiny, tmp_path):
     generator = torch.Generator().manual_seed(1)
     advantages = torch.randn(mask.shape[0], generator=generator)
     with torch.no_grad():
-        old = completion_logps(ours.model, rollout)[0] + 0.2 * torch.randn(mask.shape, generator=generator)
+        old = completion_logps(ours.model, rollout)[0] + 0.2 * torch.randn(
+            mask.shape, generator=generator
+        )
 
     logps, _ = completion_logps(ours.model, rollout)
     loss, _ = grpo_loss(logps, old * mask, reference * mask, advantages, mask, beta=run_cfg.beta,
@@ -150,7 +157,11 @@ def test_a_lora_run_saves_its_adapter_and_evaluates(tmp_path, capsys):
     merged = out / "merged"
     assert summary["merged"] == str(merged)
     files = {p.name for p in merged.iterdir()}
-    assert "model.safetensors" in files and "config.json" in files and "adapter_config.json" not in files
+    assert (
+        "model.safetensors" in files
+        and "config.json" in files
+        and "adapter_config.json" not in files
+    )
     main(["evaluate", "math", "--model", str(merged), "--n", "20", "--dataset", "arithmetic"])
     assert json.loads(capsys.readouterr().out)["accuracy"] == summary["accuracy_after"]
 
@@ -159,7 +170,10 @@ def test_a_lora_run_saves_its_adapter_and_evaluates(tmp_path, capsys):
     ("flags", "message"),
     [
         (["--lora-r", "-1"], "lora_r must be in"),
-        (["--lora-r", "4", "--ref-update-every", "2"], "ref_update_every must be 0 with lora_r > 0"),
+        (
+            ["--lora-r", "4", "--ref-update-every", "2"],
+            "ref_update_every must be 0 with lora_r > 0",
+        ),
         (["--lora-r", "4", "--lora-dropout", "1"], "lora_dropout must be in"),
         (["--lora-r", "4", "--lora-target-modules", "no_such_layer"], "lora_target_modules:"),
         (["--merge"], "--merge writes a LoRA run's adapter"),
@@ -174,11 +188,24 @@ def test_bad_lora_flags_are_one_line(flags, message, capsys, tmp_path):
 
 
 def test_lora_defaults_apply_only_when_lora_is_on():
-    """``LORA_DEFAULTS``: the tiny model's LoRA learning rate (chosen on validation) replaces the
-    full fine-tune's only when lora_r > 0 and no rate is given."""
-    full = MathConfig.for_device("cpu")
-    assert MathConfig.for_device("cpu", lora_r=8).learning_rate == MathConfig.LORA_DEFAULTS["tiny"]["learning_rate"]
-    assert MathConfig.for_device("cpu", lora_r=8).learning_rate != full.learning_rate
-    assert MathConfig.for_device("cpu", lora_r=8, learning_rate=2e-4).learning_rate == 2e-4
-    smol = MathConfig.for_device("cpu", model="smollm2-135m")
-    assert MathConfig.for_device("cpu", model="smollm2-135m", lora_r=8).learning_rate == smol.learning_rate
+    """``LORA_DEFAULTS``: a model's LoRA learning rate (chosen on validation) replaces the full
+    fine-tune's only when lora_r > 0 and no rate is given; a model with none keeps the full
+    fine-tune's and says so in one warning."""
+    for model in ("tiny", "smollm2-135m"):
+        full = MathConfig.for_device("cpu", model=model)
+        lora = MathConfig.for_device("cpu", model=model, lora_r=8)
+        assert lora.learning_rate == MathConfig.LORA_DEFAULTS[model]["learning_rate"]
+        assert lora.learning_rate > full.learning_rate
+        assert (
+            MathConfig.for_device("cpu", model=model, lora_r=8, learning_rate=2e-4).learning_rate
+            == 2e-4
+        )
+    qwen = MathConfig.for_device("cuda")
+    with pytest.warns(
+        UserWarning, match="lora_r: no LoRA learning rate was chosen for Qwen/Qwen2.5-0.5B-Instruct"
+    ):
+        assert MathConfig.for_device("cuda", lora_r=16).learning_rate == qwen.learning_rate
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MathConfig.for_device("cuda", lora_r=16, learning_rate=1e-5)
+        MathConfig.for_device("cuda")
