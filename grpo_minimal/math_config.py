@@ -218,7 +218,7 @@ class MathConfig(ObjectiveConfig):
             values = (dict(cls.GPU_DEFAULTS) if cuda and real_model else {}) | overrides
         model = values.get("model", cls.__dataclass_fields__["model"].default)
         if values.get("lora_r") and model in cls.LORA_DEFAULTS:
-            values = cls.LORA_DEFAULTS[model] | values
+            values = values | cls.LORA_DEFAULTS[model] | overrides  # over MODEL_DEFAULTS only
         elif values.get("lora_r") and "learning_rate" not in overrides:
             warnings.warn(f"lora_r: no LoRA learning rate was chosen for {model}; the full "
                           "fine-tune's is kept, and LoRA usually needs a larger one (10x and 30x "

@@ -20,7 +20,12 @@ import torch
 
 from grpo_minimal import fetch
 from grpo_minimal.cli import main
-from grpo_minimal.course.real_model import gguf_tensor_types, seeds_and_problems_interval, summary
+from grpo_minimal.course.real_model import (
+    gguf_tensor_types,
+    lora_comparison,
+    seeds_and_problems_interval,
+    summary,
+)
 from grpo_minimal.lm_model import (
     FINAL_INSTRUCTION,
     eos_token_ids,
@@ -147,6 +152,30 @@ def test_the_seeds_and_problems_interval_by_hand():
     # one problem of two gains: resampled problem means are 0, 0.5 or 1 with p 1/4, 1/2, 1/4
     mean, low, high = seeds_and_problems_interval(np.array([[1, 0]]), np.zeros(2), 0.9, 40_000)
     assert (mean, low, high) == (0.5, 0.0, 1.0)
+
+
+def test_the_lora_comparison_pairs_seeds():
+    """bench/lora.py's file: LoRA - full per seed, 0.1, 0.0, -0.2 (mean -1/30, sd 0.152753, half
+    width 4.302653 x 0.152753 / sqrt(3) = 0.379466); step-time ratios 0.5, 0.5, 0.5."""
+
+    def run(method, seed, accuracy, step_s, beta=0.0):
+        return {"method": method, "seed": seed, "beta": beta, "trainable_parameters": 10,
+                "parameters": 100, "learning_rate": 1e-4, "steps": 20, "mean_step_s": step_s,
+                "peak_memory_mb": 3000.0 if method == "full" else 2000.0,
+                **({"after": {"accuracy": accuracy}} if accuracy is not None else {})}  # fmt: skip
+
+    runs = [run("full", 1, 0.5, 10.0), run("lora", 1, 0.6, 5.0), run("full", 0, 0.7, 12.0),
+            run("lora", 0, 0.7, 6.0), run("full", 2, 0.6, 8.0), run("lora", 2, 0.4, 4.0),
+            run("full", 0, None, 9.0, 0.04), run("lora", 0, None, 5.0, 0.04)]  # fmt: skip
+    out = lora_comparison({"start": {"accuracy": 0.3}, "runs": runs})
+    assert out["full"]["seeds"] == out["lora"]["seeds"] == [0, 1, 2]
+    assert out["lora"]["accuracy"] == [0.7, 0.6, 0.4]
+    assert out["difference"] == pytest.approx((-1 / 30, -1 / 30 - 0.379466, -1 / 30 + 0.379466),
+                                              abs=1e-5)  # fmt: skip
+    assert out["step_ratio"] == pytest.approx((0.5, 0.5, 0.5))
+    assert out["reference_peak_mb"] == {"full": 3000.0, "lora": 2000.0}
+    with pytest.raises(ValueError, match="seeds differ"):
+        lora_comparison({"start": {"accuracy": 0.3}, "runs": runs[:5]})
 
 
 def run_cli(args: list[str], capsys) -> dict:

@@ -5,6 +5,7 @@ fetched by ``grpo-minimal fetch smollm2-135m``, trained on ``chat_arithmetic`` o
 rows; ``scored`` is that score (greedy accuracy, each row's verdict, the first completions as
 text); ``summary`` reads the committed runs: per backend, the accuracy before and after, and the
 paired difference over seeds with its Student-t interval (``stats.t_interval``);
+``lora_comparison`` reads ``bench/lora.py``'s runs (LoRA against a full fine-tune);
 ``gguf_tensor_types`` reads what a GGUF file stores each tensor as, from its tensor table.
 """
 
@@ -138,6 +139,38 @@ def summary(results: dict) -> dict[str, dict]:
                 verdicts, np.array(start["correct"])
             )
         out[backend] = row
+    return out
+
+
+def lora_comparison(results: dict) -> dict:
+    """``bench/lora.py``'s results: per method (``full``, ``lora``) the scored runs' seeds, test
+    accuracy, trained and total parameters, mean seconds per step and peak memory; LoRA - full
+    test accuracy and LoRA / full seconds per step, paired by seed, each with its 95% Student-t
+    interval (``stats.t_interval``, once there are 2 seeds or more); and the peak memory of the
+    one-step runs with a reference (``beta > 0``), per method."""
+    out: dict = {"start": results["start"]["accuracy"], "reference_peak_mb": {}}
+    for method in ("full", "lora"):
+        runs = sorted((r for r in results["runs"] if r["method"] == method and "after" in r),
+                      key=lambda r: r["seed"])  # fmt: skip
+        out[method] = {
+            "seeds": [r["seed"] for r in runs],
+            "accuracy": [r["after"]["accuracy"] for r in runs],
+            "trainable_parameters": runs[0]["trainable_parameters"],
+            "parameters": runs[0]["parameters"],
+            "learning_rate": runs[0]["learning_rate"],
+            "steps": runs[0]["steps"],
+            "step_s": [r["mean_step_s"] for r in runs],
+            "peak_memory_mb": [r["peak_memory_mb"] for r in runs],
+        }  # fmt: skip
+        for r in results["runs"]:
+            if r["method"] == method and r["beta"] > 0:
+                out["reference_peak_mb"][method] = r["peak_memory_mb"]
+    full, lora = out["full"], out["lora"]
+    if full["seeds"] != lora["seeds"]:
+        raise ValueError(f"seeds differ: full {full['seeds']}, lora {lora['seeds']}")
+    if len(full["seeds"]) >= 2:
+        out["difference"] = t_interval(np.subtract(lora["accuracy"], full["accuracy"]))
+        out["step_ratio"] = t_interval(np.divide(lora["step_s"], full["step_s"]))
     return out
 
 
