@@ -53,8 +53,10 @@ def held_out(tmp_path: Path) -> Path:
     return path
 
 
-# a Colab T4 (16 GB, fp16 with loss scaling: section 8 does not fit) and an A100 (bf16)
-CARDS = {"T4": (16.0, "float16"), "A100": (80.0, "bfloat16")}
+# a Colab T4 (16 GB, fp16 with loss scaling: section 8 does not fit), the same T4 with LoRA
+# (its first cell's LORA_R = 16), and an A100 (bf16)
+CARDS = {"T4": (16.0, "float16"), "T4 LoRA": (16.0, "float16"), "A100": (80.0, "bfloat16")}
+KNOB = "LORA_R = 0  #"
 
 
 @pytest.mark.parametrize("card", CARDS)
@@ -62,6 +64,10 @@ def test_notebook_06_runs_every_cell_with_the_cuda_settings(card, held_out, tmp_
     monkeypatch.setenv("GRPO_QUICK", "1")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     card_gb, dtype = CARDS[card]
+    lora = card.endswith("LoRA")
+    if lora:  # what a learner edits: the knob in the first code cell
+        (first,) = [c for c in notebook.cells if KNOB in c.source]
+        first.source = first.source.replace(KNOB, "LORA_R = 16  #")
     fake = FAKE_CUDA.format(model=str(model_path("standin")), held_out=str(held_out),
                             length=LENGTH, card_gb=card_gb, dtype=dtype)  # fmt: skip
     setup = next(i for i, c in enumerate(notebook.cells) if c.get("id") == "course-setup")
@@ -78,14 +84,17 @@ def test_notebook_06_runs_every_cell_with_the_cuda_settings(card, held_out, tmp_
     # the real-model branch, on the stand-in and the sample with its held-out rows
     assert "Qwen2ForCausalLM" in text and "20 training problems, 4 held-out" in text
     # the run took the GPU settings, and section 8 trained on top of them where the card fits it
-    for key in ("temperature", "learning_rate"):
-        assert f"'{key}': {gpu[key]!r}" in text
-    # a card under 20 GB (a T4) runs without the reference model (section 9's plan)
+    assert f"'temperature': {gpu['temperature']!r}" in text
+    learning_rate = 1e-5 if lora else gpu["learning_rate"]
+    assert f"'learning_rate': {learning_rate!r}" in text
+    # a card under 20 GB (a T4) runs without the reference model (section 9's plan), unless with
+    # LoRA, whose reference is the base with the adapter off (no second copy)
     beta = 0.0 if card == "T4" else gpu["beta"]
     assert f"'beta': {beta!r}" in text
     assert ("under 20 GB of GPU memory: beta=0" in text) == (card == "T4")
+    assert ("LoRA rank 16: the reference is the base with the adapter off" in text) == lora
     assert f"'max_completion_length': {LENGTH}" in text
-    if card == "T4":
+    if card_gb < 20:
         assert "skipped: this GPU has 16.0 GB; the experiment needs about 18.8 GB" in text
     else:
         assert "'num_generations': 16, 'prompts_per_step': 4" in text and "in 3 steps" in text

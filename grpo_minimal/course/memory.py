@@ -268,13 +268,13 @@ def activation_values_per_token(
     gradient_checkpointing: bool = False,
     lora_r: int = 0,
 ):
-    """Values saved for backward per token (LoRA: on every block linear): a decoder layer saves 8h + 4i + 2 d_kv (the two
+    """Values saved for backward per token: a decoder layer saves 8h + 4i + 2 d_kv (the two
     RMSNorms' inputs and outputs, q, k, v and their rotary forms, the attention output; the MLP's
     gate, up, activation and product), the rest 3h + the logits (V per token; 1 for a value
     head). With gradient checkpointing a layer keeps only its input, h. h = hidden_size,
     i = intermediate_size, d_kv = key/value width. Returns (layer values, logit values).
 
-    With LoRA a frozen weight saves nothing for its own gradient: a layer keeps 2h fewer (its
+    With LoRA (on every block linear) a frozen weight saves nothing for its own gradient: a layer keeps 2h fewer (its
     RMSNorms' normalised inputs) and r more per adapter (A x); outside the layers the final norm's
     normalised input and the head's input go, and so does the first layer's input (the frozen
     embeddings need no gradient), leaving 0; with checkpointing every layer keeps its input and

