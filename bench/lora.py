@@ -34,17 +34,10 @@ import platform
 import statistics
 from pathlib import Path
 
+from llm_ppo_vs_grpo import resident_mb  # bench/ is on the path when a script here runs
+
 RESULTS = Path(__file__).resolve().parent / "results" / "lora.json"
 RANK = 16
-
-
-def resident_mb() -> float:
-    """The process's resident memory now (VmRSS), MiB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 2**10
-    return float("nan")
 
 
 def one_run(job: dict) -> dict:
