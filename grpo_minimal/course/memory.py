@@ -20,10 +20,10 @@ about models that do not fit here (``QWEN2_5``); the tests check it against ``co
 **LoRA** (``lora_r > 0``, ``lora.py``, on every block linear: the course's default
 ``lora_target_modules``): the policy's base weights are frozen and only the adapters train, so
 gradients and AdamW's states are the adapters' alone, r (in + out) values per adapted linear
-layer (``lora_parameters``); no reference copy is kept (the reference is the base
-with the adapter off). Activations barely shrink: a frozen weight saves nothing for its own
-gradient (the RMSNorms' normalised inputs, the head's input), while each adapter keeps its r-wide
-A x. PPO with LoRA is not planned (``lm_ppo`` trains no adapters).
+layer (``lora_parameters``); no reference copy is kept (the reference is the base with the
+adapter off). Activations shrink less than the rest: a frozen weight saves nothing for its own
+gradient (the RMSNorms' normalised inputs, the head's input), while each adapter keeps its
+r-wide A x. PPO with LoRA is not planned (``lm_ppo`` trains no adapters).
 
 The sum of the four parts bounds the peak of an update from above: gradients are allocated while
 activations are freed. Not counted: transient tensors (the logits of the frozen models' forward
@@ -274,11 +274,11 @@ def activation_values_per_token(
     head). With gradient checkpointing a layer keeps only its input, h. h = hidden_size,
     i = intermediate_size, d_kv = key/value width. Returns (layer values, logit values).
 
-    With LoRA (on every block linear) a frozen weight saves nothing for its own gradient: a layer keeps 2h fewer (its
-    RMSNorms' normalised inputs) and r more per adapter (A x); outside the layers the final norm's
-    normalised input and the head's input go, and so does the first layer's input (the frozen
-    embeddings need no gradient), leaving 0; with checkpointing every layer keeps its input and
-    only the final norm's, h, stays outside.
+    With LoRA (on every block linear) a frozen weight saves nothing for its own gradient: a layer
+    keeps 2h fewer (its RMSNorms' normalised inputs) and r more per adapter (A x); outside the
+    layers the final norm's normalised input and the head's input go, and so does the first
+    layer's input (the frozen embeddings need no gradient), leaving 0; with checkpointing every
+    layer keeps its input and only the final norm's, h, stays outside.
     """
     h, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     d_kv = config.num_key_value_heads * (h // config.num_attention_heads)

@@ -147,7 +147,7 @@ def lora_comparison(results: dict) -> dict:
     accuracy, trained and total parameters, mean seconds per step and peak memory; LoRA - full
     test accuracy and LoRA / full seconds per step, paired by seed, each with its 95% Student-t
     interval (``stats.t_interval``, once there are 2 seeds or more); and the peak memory of the
-    one-step runs with a reference (``beta > 0``), per method."""
+    short runs with a reference (``beta > 0``), per method."""
     out: dict = {"start": results["start"]["accuracy"], "reference_peak_mb": {}}
     for method in ("full", "lora"):
         runs = sorted((r for r in results["runs"] if r["method"] == method and "after" in r),
