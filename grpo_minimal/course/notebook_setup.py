@@ -61,7 +61,7 @@ COURSE = {
     ),
     "07_what_matters": Needs("about 1 min"),
     "08_beyond_one_sample": Needs("about 5-7.5 min"),
-    "09_scaling_out": Needs("about 1 min"),
+    "09_scaling_out": Needs("about 1 min", extra="lora"),
     "10_reasoning_emerges": Needs("about 2.5 min"),
     "11_real_model_on_a_laptop": Needs(
         "about 4 min",
