@@ -86,6 +86,7 @@ HONEST = {
     ],
     "reports": ["measured: 1"],
     "cell_errors": [{"cell": "x = 1", "error": "ValueError: no", "traceback": "..."}],
+    "syntax_errors": ["cell 3, line 1: SyntaxError: invalid syntax: def f()"],
 }  # fmt: skip
 
 
@@ -95,7 +96,8 @@ def _forged(**change) -> dict:
     outcome = copy.deepcopy(HONEST)
     exercise = outcome["exercises"][0]
     for key, value in change.items():
-        (outcome if key in ("reports", "cell_errors", "exercises") else exercise)[key] = value
+        top = key in ("reports", "cell_errors", "exercises", "syntax_errors")
+        (outcome if top else exercise)[key] = value
     return outcome
 
 
@@ -115,7 +117,11 @@ def _forged(**change) -> dict:
         (_forged(hidden=[True, False, True]), "failures are not"),
         (_forged(reports="all good"), "reports are not"),
         (_forged(cell_errors=[{"cell": 1}]), "cell errors are not"),
-        ({"exercises": "all"}, "no list"),
+        (_forged(syntax_errors="none"), "syntax errors are not"),
+        (_forged(syntax_errors=["x" * 301]), "syntax errors are not"),
+        (_forged(syntax_errors=["x"] * 51), "syntax errors are not"),
+        ({"exercises": "all", "syntax_errors": []}, "no list"),
+        ({"syntax_errors": []}, "no exercises and no error"),
     ],
 )
 def test_a_result_that_no_honest_grading_writes_is_refused(forgery, reason):

@@ -255,7 +255,7 @@ def test_hidden_cases_show_name_hint_and_exception_line_only():
         + "\n            (line 3 of your code: return a / 0)\n  hint:     equation (2)"
     )
     shown = learner_message(message, hidden=True)
-    assert "binary rewards" in shown and "equation (2)" in shown and "line 3 of your code" in shown
+    assert "binary rewards" in shown and "equation (#)" in shown and "line 3 of your code" in shown
     assert "tensor(" not in shown and "expected:" not in shown and "input:" not in shown
     assert "raised ZeroDivisionError: division by zero" in shown
     assert all(len(line) <= 300 for line in shown.splitlines())
@@ -267,7 +267,41 @@ def test_hidden_cases_show_name_hint_and_exception_line_only():
     )
     shown = learner_message(otter_style, hidden=True)  # its numbers hidden: they may be inputs
     assert shown.strip().startswith("raised KeyError: 'seed=#'") and "more" not in shown
-    assert learner_message(otter_style, hidden=False).strip().startswith("raised KeyError: 'seed=1234'")
+    assert (
+        learner_message(otter_style, hidden=False)
+        .strip()
+        .startswith("raised KeyError: 'seed=1234'")
+    )
+
+
+def _hidden_case_builders():
+    """Every lab's ``*_twins(seed)``: the functions that draw a lab's hidden cases."""
+    import inspect
+
+    from grpo_minimal.labs import advantages, bugs, llm_step, objective, returns, reward
+
+    for module in (advantages, bugs, llm_step, objective, returns, reward):
+        for name, builder in inspect.getmembers(module, inspect.isfunction):
+            if builder.__module__ == module.__name__ and name.endswith("_twins"):
+                yield f"{module.__name__.rsplit('.', 1)[1]}.{name}", builder
+
+
+def test_a_hidden_cases_name_and_hint_as_a_learner_sees_them_hold_no_drawn_value():
+    """Two instructors' secrets draw different hidden cases; what a learner is shown of their
+    names and hints (every number as #) is the same for both, so it tells nothing of the draw.
+    As drawn, 60 names and 4 hints differ (``groups of 6`` / ``groups of 8``)."""
+    from grpo_minimal.instructor.feedback import hidden_numbers
+
+    raw_differences = 0
+    for where, builder in _hidden_case_builders():
+        one, other = builder(11), builder(987_654_321)
+        assert len(one) == len(other), where
+        for a, b in zip(one, other, strict=True):
+            for field in ("name", "hint"):
+                raw_differences += getattr(a, field) != getattr(b, field)
+                shown = hidden_numbers(getattr(a, field)), hidden_numbers(getattr(b, field))
+                assert shown[0] == shown[1], (where, field, shown)
+    assert raw_differences > 50  # what the learner would see without the numbers hidden
 
 
 def test_a_learners_exception_cannot_carry_a_hidden_input_into_its_feedback():
@@ -408,6 +442,23 @@ except OSError as error:
     seen["network"] = type(error).__name__
 seen["interfaces"] = sorted(line.split(":")[0].strip()  # this process's network namespace
                            for line in open("/proc/net/dev").read().splitlines()[2:])
+for place in (".", "/tmp", "/dev/shm"):  # each a memory file system of the job's own size
+    written = 0
+    try:
+        with open(os.path.join(place, "fill"), "wb") as fill:
+            for _ in range(64):
+                written += fill.write(bytes(1 << 20))
+                fill.flush()
+        seen[place] = f"wrote {written}"
+    except OSError as error:
+        seen[place] = error.strerror
+try:
+    open("given.txt", "a").write("changed")
+    seen["given"] = "changed"
+except OSError as error:
+    seen["given"] = error.strerror
+import subprocess
+seen["nested user namespace"] = subprocess.run(["unshare", "--user", "true"]).returncode == 0
 print(json.dumps(seen))
 """
 
@@ -430,13 +481,13 @@ def test_the_sandbox_holds_only_its_allow_list_and_no_network(mode, tmp_path, mo
     listening.listen()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
+    (scratch / "given.txt").write_text("the notebook")  # what grading puts in the scratch
     slot, lock = sandbox.claim_slot()
-    if (uid := sandbox.job_uid(slot)) is not None:
-        os.chown(scratch, uid, uid)
     files = [str(elsewhere / "graders-copy.txt"), "/etc/hostname"]
+    limits = sandbox.Limits(disk_gib=16 / 1024)  # 16 MiB each
     argv = sandbox.command([sys.executable, "-c", PROBE, str(listening.getsockname()[1]), *files],
                            scratch, [ROOT], sandbox.readable_folders(), {"PATH": "/usr/bin:/bin"},
-                           slot)  # fmt: skip
+                           slot, limits)  # fmt: skip
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     finally:
@@ -451,6 +502,13 @@ def test_the_sandbox_holds_only_its_allow_list_and_no_network(mode, tmp_path, mo
     assert seen["network"] != "connected" and seen["interfaces"] == ["lo"], seen
     if mode == "root":
         assert seen["groups"] in ([], [sandbox.job_uid(slot)])  # no supplementary group
+    # the scratch, /tmp and /dev/shm fill at the job's size; the real scratch is not written
+    assert seen["."] == seen["/tmp"] == seen["/dev/shm"] == "No space left on device", seen
+    assert seen["given"] in ("Read-only file system", "Permission denied"), seen
+    assert sorted(p.name for p in scratch.iterdir()) == ["given.txt"]
+    assert (scratch / "given.txt").read_text() == "the notebook"
+    # as an ordinary user, no user namespace inside (bwrap cannot refuse one to root's setpriv)
+    assert seen["nested user namespace"] is (mode == "root"), seen
 
 
 @pytest.mark.parametrize("broken", ["missing", "does not start"])
@@ -483,3 +541,51 @@ def test_no_sandbox_grades_with_the_instructors_rights(grader, tmp_path):
     assert code == 0
     (row,) = csv.DictReader(grades.open())
     assert float(row["total"]) == float(row["possible"]) == 8
+
+
+ORDINARY_GID = 4242  # a supplementary group of the ordinary user below, and no one else's
+
+
+def _as_an_ordinary_user(argv: list[str]) -> subprocess.CompletedProcess:
+    """``argv`` run as nobody, in the supplementary group ``ORDINARY_GID``: a real unprivileged
+    user (bwrap then makes its user namespace itself), as an instructor on a laptop is."""
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534",
+                           f"--groups={ORDINARY_GID}", "--", *argv],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_an_ordinary_users_group_rights_and_namespaces_stay_outside(monkeypatch):
+    """Graded by a real ordinary user (nobody, here): a file of the allow-list that only one of
+    the user's supplementary groups may read (``/etc/shadow`` for the shadow group) cannot be
+    read inside, though the kernel keeps the group's rights in the user namespace; without the
+    cover it can (the control). No user namespace can be made inside, and /tmp has the job's
+    size. Shell tools only: this user cannot reach the Python of a checkout under /root."""
+    monkeypatch.setattr(sandbox, "job_uid", lambda slot: None)  # the command an ordinary user runs
+    folder = Path(tempfile.mkdtemp(prefix="trust-ordinary-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        secret = folder / "group-only.txt"
+        secret.write_text("the group's secret")
+        os.chown(secret, 0, ORDINARY_GID)
+        secret.chmod(0o640)
+        scratch = folder / "scratch"
+        scratch.mkdir()
+        probe = (f"cat {secret}; echo; unshare --user true && echo nested || echo no-nested; "
+                 "head -c 20000000 /dev/zero > /tmp/fill || echo tmp-full")  # fmt: skip
+        limits = sandbox.Limits(disk_gib=16 / 1024)
+        seen = {}
+        for cover in (True, False):
+            argv = sandbox.command(["sh", "-c", probe], scratch, [], [folder],
+                                   {"PATH": "/usr/bin:/bin"}, 0, limits,
+                                   groups={ORDINARY_GID} if cover else set())  # fmt: skip
+            done = _as_an_ordinary_user(argv)
+            if "setting up uid map" in done.stderr or "No permissions to create" in done.stderr:
+                pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()}")
+            seen[cover] = done.stdout
+        assert "the group's secret" in seen[False], seen  # the control: the group's right holds
+        assert "the group's secret" not in seen[True], seen
+        assert "no-nested" in seen[True] and "tmp-full" in seen[True], seen
+    finally:
+        shutil.rmtree(folder)

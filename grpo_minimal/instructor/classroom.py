@@ -38,6 +38,7 @@ from grpo_minimal.instructor.feedback import feedback_text
 from grpo_minimal.instructor.feedback import row as make_row
 from grpo_minimal.instructor.grading import (
     JUDGED_APART,
+    MAX_SYNTAX_ERRORS,
     ExerciseResult,
     Graded,
     checks_at_the_end,
@@ -45,7 +46,6 @@ from grpo_minimal.instructor.grading import (
     lab_name,
     lab_tests,
     signed_outcome,
-    syntax_errors,
 )
 from grpo_minimal.labs.checking import GRADING_ENV
 
@@ -96,13 +96,10 @@ class Grader:
         if not autograder.is_file():
             return Graded(notebook.name, lab, [], [], f"no lab {lab!r} in {self.grader_dir}")
         points = lab_exercises(autograder)
-        problems = syntax_errors(notebook)
         for _ in range(2):
             graded = self._run(notebook, lab, autograder, points)
             if "Kernel didn't respond" not in (graded.problem or "") or self._killed:
                 break
-        if problems:
-            graded.problem = "; ".join([*problems, *([graded.problem] if graded.problem else [])])
         return graded
 
     def _run(self, notebook: Path, lab: str, autograder: Path, points: dict[str, float]) -> Graded:
@@ -131,14 +128,19 @@ class Grader:
             return Graded(notebook.name, lab, [], [],
                           f"stopped after the time limit of {self.timeout_s:g} s (an endless "
                           "loop?)", log)  # fmt: skip
-        if "exercises" not in outcome:
-            error = outcome.get("error") or "the grading process ended without a result"
-            return Graded(notebook.name, lab, [], [], f"grading failed: {error}", log)
+        if "exercises" not in outcome and "error" in outcome and "syntax_errors" not in outcome:
+            return Graded(notebook.name, lab, [], [], f"grading failed: {outcome['error']}", log)
         if why := invalid_result(outcome, points):  # nothing from the sandbox is believed unread
             return Graded(notebook.name, lab, [], [], f"invalid result: {why}", log)
+        problems = outcome["syntax_errors"]
+        if "exercises" not in outcome:
+            error = str(outcome.get("error") or "the grading process ended without a result")
+            return Graded(notebook.name, lab, [], [],
+                          "; ".join([*problems, f"grading failed: {error[:300]}"]), log)  # fmt: skip
         exercises = [ExerciseResult(**e) for e in outcome["exercises"]]
         errors = outcome.get("cell_errors", [])
-        return Graded(notebook.name, lab, exercises, outcome["reports"], None, log, errors)
+        return Graded(notebook.name, lab, exercises, outcome["reports"],
+                      "; ".join(problems) or None, log, errors)  # fmt: skip
 
     def _execute(self, scratch: Path, request: dict) -> tuple[dict, str]:
         """Run the graded process in ``scratch`` on ``request`` (given on its stdin); its outcome
@@ -247,6 +249,11 @@ def invalid_result(outcome: dict, points: dict[str, float]) -> str | None:
     lab's zip says the exercise is worth, and text where text belongs: a submission that writes
     its own result line (or breaks ours) gets this reason as its row, and no classmate's row
     changes."""
+    problems = outcome.get("syntax_errors")
+    if not _strings(problems, MAX_SYNTAX_ERRORS) or any(len(p) > 300 for p in problems):
+        return "its syntax errors are not the grader's"
+    if "exercises" not in outcome:  # the graded process failed, and said why
+        return None if isinstance(outcome.get("error"), str) else "no exercises and no error"
     exercises = outcome.get("exercises")
     if not isinstance(exercises, list) or len(exercises) > len(points):
         return "no list of the lab's exercises"

@@ -73,9 +73,10 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
 
 
 PER_PROCESS_LIMITS = (
-    "lab grade: limits are per process (prlimit), not per job: a submission's shared memory, "
-    "/tmp and scratch disk and its CPU share are not bounded (no cgroup is set up); grade a class "
-    "you do not trust inside a VM or container with limits of its own (instructor guide, 'Grading')"
+    "lab grade: a job's scratch, /tmp and /dev/shm are bounded per job, its memory only per "
+    "process (prlimit): memory shared between its processes and its CPU share are not bounded "
+    "(no cgroup is set up); grade a class you do not trust inside a VM or container with limits "
+    "of its own (instructor guide, 'Grading')"
 )
 
 

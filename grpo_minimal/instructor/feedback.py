@@ -1,8 +1,8 @@
 """What a graded submission becomes: its CSV row, the learner's feedback and the instructor's.
 
 The learner's file reduces a hidden case to its name, its hint and the exception's type and first
-line (``learner_message``: never the drawn input or expected value); the instructor's holds every
-message whole, the cells that raised and the grading process's stderr.
+line, every number in them as ``#`` (``learner_message``: never a drawn value); the instructor's
+holds every message whole, the cells that raised and the grading process's stderr.
 
 Everything here may carry a submission's text (its file name, its exception, its output), so
 none of it reaches a terminal or a spreadsheet as it is: control characters are shown as
@@ -79,7 +79,13 @@ _FIELDS = ("case", "input", "expected", "got", "largest difference", "hint", "al
 """The fields of a ``CheckFailed`` message (``labs.checking.failure``), one line each."""
 
 
-_NUMBER = re.compile(r"\d+")
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # 6, -1, 0.33, 2e-05
+
+
+def hidden_numbers(text: str) -> str:
+    """``text`` with every number shown as ``#``: what a learner sees of a hidden case's name and
+    hint, which are drawn with its values (``3 groups of 6``, ``epsilon_high=0.33``)."""
+    return _NUMBER.sub("#", text)
 
 
 def learner_message(message: str, hidden: bool) -> str:
@@ -92,8 +98,9 @@ def learner_message(message: str, hidden: bool) -> str:
     The learner's text sits between the ``got:`` line and the checker's last ``hint:`` line
     (``labs.checking.failure`` writes the fields in that order), so a line there that looks
     like a field (``"x\n  hint: " + repr(inputs)``) is taken for what it is: the learner's.
-    Of a hidden case, every number in what the learner's code raised is shown as ``#``: its
-    text may carry the hidden input."""
+    Of a hidden case, every number is shown as ``#``: in its name and hint (a case's name may
+    say its drawn size, ``groups of 6``) and in what the learner's code raised (its text may
+    carry the hidden input)."""
     lines = message.strip("\n").splitlines()
     fields = [line.strip().split(":", 1)[0] for line in lines]
     got_at = fields.index("got") if "got" in fields else None
@@ -110,14 +117,14 @@ def learner_message(message: str, hidden: bool) -> str:
         elif name in _FIELDS:
             value = stripped.split(":", 1)[1].strip()
             if name == "got" and value.startswith("raised "):
-                kept.append(f"  got:      {_NUMBER.sub('#', value) if hidden else value}"[:200])
+                kept.append(f"  got:      {hidden_numbers(value) if hidden else value}"[:200])
             elif not (hidden and name in ("input", "expected", "got", "largest difference")):
-                kept.append("  " + stripped[:300])
+                kept.append("  " + (hidden_numbers(stripped) if hidden else stripped)[:300])
         # any other line continues a value of many lines (an exception's text): not shown
     if not kept:  # not our checker's message: an exception from the test itself
         exception = _exception_line(message)
         if hidden:
-            exception = _NUMBER.sub("#", exception)
+            exception = hidden_numbers(exception)
         kept.append(f"  raised {exception}" if exception else "  failed")
     if hidden:
         kept.append("  (a hidden case: its input and expected value are not shown)")
@@ -128,7 +135,7 @@ def _learners_line(text: str) -> str:
     """``(line 7 of your code: SOURCE)`` with the numbers of SOURCE as ``#`` (the line number
     stays): from the learner's kernel, SOURCE is the learner's to write."""
     head, colon, source = text.partition(": ")
-    return head + colon + _NUMBER.sub("#", source)
+    return head + colon + hidden_numbers(source)
 
 
 def feedback_text(result: Graded, learner: bool, possible: float | None = None) -> str:

@@ -99,9 +99,14 @@ def lab_name(notebook: Path) -> str:
     return name
 
 
+MAX_SYNTAX_ERRORS = 50
+"""The most syntax errors a graded process reports (one line each, at most 300 characters)."""
+
+
 def syntax_errors(notebook: Path) -> list[str]:
     """One line per code cell that Python cannot parse (IPython's magics are allowed); one line
-    for a notebook whose cells cannot be read at all."""
+    for a notebook whose cells cannot be read at all. Grading runs it in the graded process,
+    inside the sandbox: compiling a 6 MB cell took 2.5 GB."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     transform = TransformerManager().transform_cell
@@ -126,9 +131,9 @@ def syntax_errors(notebook: Path) -> list[str]:
         except SyntaxError as error:
             line = (error.text or "").strip()
             errors.append(
-                f"cell {index + 1}, line {error.lineno}: SyntaxError: {error.msg}"
-                + (f": {line}" if line else "")
-            )
+                (f"cell {index + 1}, line {error.lineno}: SyntaxError: {error.msg}"
+                 + (f": {line}" if line else ""))[:300]
+            )  # fmt: skip
         except Exception as error:  # too deeply nested, null bytes, ...
             errors.append(f"cell {index + 1}: {type(error).__name__}: {error}"[:300])
     return errors
@@ -327,9 +332,12 @@ def _graded_process() -> None:
     except BaseException as error:
         out.write(f"\nno request: {type(error).__name__}\n")
         return
+    notebook = Path(request["notebook"])
+    # the learner's text is compiled here, under the sandbox's limits, never in the grader
+    problems = syntax_errors(notebook)[:MAX_SYNTAX_ERRORS]
     try:
         exercises, reports, errors = grade_notebook_file(
-            Path(request["notebook"]), Path(request["grader_dir"]), request.get("tests")
+            notebook, Path(request["grader_dir"]), request.get("tests")
         )
         outcome = {"exercises": [asdict(e) for e in exercises], "reports": reports[:50],
                    "cell_errors": errors}  # fmt: skip
@@ -337,6 +345,7 @@ def _graded_process() -> None:
         traceback.print_exc()
         first = (str(error).strip().splitlines() or [""])[0][:200]
         outcome = {"error": f"{type(error).__name__}: {first}".rstrip(": ")}
+    outcome["syntax_errors"] = problems
     out.write("\n" + signed(outcome, key) + "\n")  # on a line of its own, whatever came before
     out.flush()
 

@@ -5,24 +5,32 @@ system's programs and libraries (``/usr``, ``/etc``, ``/sys`` and the links into
 and the package with its shipped data. Nothing else of the machine is there: no ``/home``, no
 ``/root``, no ``/run`` (the user's D-Bus and systemd sockets), no ``/var``, none of the instructor's
 folders; the instructor's folders that lie inside a bound one (a class folder in a checkout) are
-emptied. The only writable places are its own scratch folder and an empty ``/tmp`` that ends
-with it. It has no network (a loopback of its own, for the kernel's sockets), no view of
-other processes (a process-id namespace of its own), a bare environment, and limits on processes,
-memory and file size. Every process it starts lives in its process-id namespace, so all of them
-end when the grading process ends or is killed (``--die-with-parent``), double forks and new
-sessions included.
+emptied. Its only writable places are three memory file systems of a fixed size each, which end
+with it: its scratch folder (where its copy of the notebook is bound in read-only), ``/tmp`` and
+``/dev/shm``. Filling one fills that job's own; nothing it writes reaches the instructor's disk.
+It has no network (a loopback of its own, for the kernel's sockets), no view of other processes
+(a process-id namespace of its own), a bare environment, and limits on processes, memory and file
+size. Every process it starts lives in its process-id namespace, so all of them end when the
+grading process ends or is killed (``--die-with-parent``), double forks and new sessions
+included.
 
 Run as root, bwrap keeps root's rights over the file system, so the graded process is given a
-user id of its own first (``setpriv``): one per job, so that one job's fork bomb, held at the
-process limit, cannot starve the other job's kernel. Run as another user, bwrap's user namespace
-does that, and the process limit counts that namespace's processes alone.
+user id of its own first (``setpriv``, no supplementary group): one per job, so that one job's
+fork bomb, held at the process limit, cannot starve the other job's kernel. Run as another user,
+bwrap's user namespace does that, the process limit counts that namespace's processes alone, and
+no user namespace can be made inside it (``--disable-userns``). An ordinary user's supplementary
+groups cannot be dropped without privileges (the kernel keeps granting their rights inside the
+namespace), so every file of the allow-list that one of those groups alone may read is covered
+(``group_only_files``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +46,8 @@ class Limits:
 
     processes: int = 512
     memory_gib: float = 8.0  # RLIMIT_DATA: heap and private mappings, not the mapped files
-    file_gib: float = 2.0  # the largest file it may write
+    file_gib: float = 1.0  # the largest file it may write
+    disk_gib: float = 1.0  # the size of each of its memory file systems: scratch, /tmp, /dev/shm
 
 
 def missing_tools() -> list[str]:
@@ -151,8 +160,8 @@ def _within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def _bind(path: Path, bound: list[Path], made: set[Path], flag: str) -> list[str]:
-    """``flag path path``, after the folders above it that the sandbox lacks, made traversable
+def _parents(path: Path, bound: list[Path], made: set[Path]) -> list[str]:
+    """bwrap's arguments making the folders above ``path`` that the sandbox lacks, traversable
     by the graded user (bwrap would copy the originals' modes, and /root, /root/.pyenv or
     pytest's temporary root are 0700). ``bound`` are the folders already bound in (whatever is
     inside them is there already); ``path`` joins them."""
@@ -163,7 +172,51 @@ def _bind(path: Path, bound: list[Path], made: set[Path], flag: str) -> list[str
         args += ["--perms", "0755", "--dir", str(parent)]
         made.add(parent)
     bound.append(path)
-    return [*args, flag, str(path), str(path)]
+    return args
+
+
+def _bind(path: Path, bound: list[Path], made: set[Path], flag: str) -> list[str]:
+    """``flag path path``, after the folders above it that the sandbox lacks (``_parents``)."""
+    return [*_parents(path, bound, made), flag, str(path), str(path)]
+
+
+def group_only_files(roots: list[Path], groups: set[int]) -> list[Path]:
+    """What under ``roots`` one of ``groups`` may read and others may not (``/etc/shadow`` for
+    the shadow group, a key in ``/etc/ssl/private`` for ssl-cert): the files and folders an
+    ordinary user's supplementary groups would open inside the sandbox. Symbolic links are not
+    followed (what they name is bound or not on its own). Looked for once per grading run
+    (about a second for /usr's 140,000 entries)."""
+    return list(_group_only(tuple(Path(root) for root in roots), frozenset(groups)))
+
+
+@functools.lru_cache(maxsize=8)
+def _group_only(roots: tuple[Path, ...], groups: frozenset[int]) -> tuple[Path, ...]:
+    found: list[Path] = []
+    pending = list(roots)
+    while pending:
+        path = pending.pop()
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            continue
+        if (
+            not info.st_mode & stat.S_IROTH
+            and info.st_mode & stat.S_IRGRP
+            and info.st_gid in groups
+        ):
+            found.append(path)  # covered whole: nothing below it needs looking at
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IXOTH:
+            with contextlib.suppress(OSError):
+                pending.extend(entry for entry in path.iterdir())
+    return tuple(sorted(found))
+
+
+def supplementary_groups() -> set[int]:
+    """The groups an ordinary user's sandbox keeps: every group of the caller but its own."""
+    return set(os.getgroups()) - {os.getgid()}
 
 
 def command(
@@ -174,16 +227,22 @@ def command(
     env: dict[str, str],
     slot: int,
     limits: Limits = Limits(),
+    groups: set[int] | None = None,
 ) -> list[str]:
     """The command line that runs ``argv`` sandboxed: the system's allow-list and ``readable``
-    files and folders bound in read-only, ``scratch`` writable, and any ``hidden`` folder (the
-    instructor's) that lies inside a folder bound in emptied. Nothing else of the machine is
-    there."""
+    files and folders bound in read-only; ``scratch`` a memory file system of its own with each
+    file of the real ``scratch`` bound in read-only (nothing written there reaches the real one);
+    any ``hidden`` folder (the instructor's) that lies inside a folder bound in emptied; and, for
+    an ordinary user, whatever ``groups`` (the caller's supplementary groups by default) alone
+    may read under the allow-list covered. Nothing else of the machine is there."""
     scratch = scratch.resolve()
     hidden = sorted({h.resolve() for h in hidden} - SYSTEM_FOLDERS, key=lambda p: len(p.parts))
     readable = sorted({r.resolve() for r in readable}, key=lambda p: len(p.parts))
+    size = str(int(limits.disk_gib * (1 << 30)))
     args = ["bwrap", *system_binds(), "--dev", "/dev", "--proc", "/proc"]
-    args += ["--perms", "1777", "--tmpfs", "/tmp"]  # everyone's, as a system's /tmp is
+    # everyone's, as a system's /tmp is; each of a fixed size, filled only by this job
+    args += ["--size", size, "--perms", "1777", "--tmpfs", "/tmp"]
+    args += ["--size", size, "--perms", "1777", "--tmpfs", "/dev/shm"]
     bound = [Path(p) for p in SYSTEM_BINDS]  # what is inside these is there already
     made = {Path("/tmp")}  # made above: the folders on the way to a path in it are made below
     for path in readable:
@@ -192,10 +251,22 @@ def command(
     for folder in hidden:  # an instructor's folder inside a folder bound in is emptied
         if folder.is_dir() and any(_within(folder, r) and folder != r for r in readable):
             args += ["--tmpfs", str(folder)]
-    args += [*_bind(scratch, bound, made, "--bind"), "--chdir", str(scratch)]
+    args += [*_parents(scratch, bound, made), "--size", size, "--perms", "1777", "--tmpfs",
+             str(scratch)]  # fmt: skip
+    for entry in sorted(scratch.iterdir()):  # what grading put there: read-only
+        if entry.is_dir() and not entry.is_symlink():
+            args += ["--perms", "1777", "--dir", str(entry)]
+        elif entry.is_file() and not entry.is_symlink():
+            args += ["--ro-bind", str(entry), str(entry)]
+    args += ["--chdir", str(scratch)]
     uid = job_uid(slot)
-    if uid is None:  # an unprivileged bwrap: a user namespace of its own
-        args += ["--unshare-all"]
+    if uid is None:  # an unprivileged bwrap: a user namespace of its own, and none inside it
+        args += ["--unshare-all", "--unshare-user", "--disable-userns"]
+        groups = supplementary_groups() if groups is None else set(groups)
+        if groups:  # their rights cannot be dropped here: what they alone may read is covered
+            for path in group_only_files([Path(p) for p in ("/etc", "/usr")] + readable, groups):
+                args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null",
+                                                                       str(path)]  # fmt: skip
     else:  # root: every namespace but the user's, then a user id of the job's own (setpriv)
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                  "--unshare-cgroup-try"]  # fmt: skip
