@@ -216,4 +216,4 @@ def test_lab_grade_says_in_one_line_what_its_limits_do_not_bound(tmp_path, capsy
     commands.prepare_lab_grade(args)
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [commands.PER_PROCESS_LIMITS]
-    assert "not per job" in err[0] and "shared memory" in err[0]
+    assert "only per process" in err[0] and "memory shared" in err[0] and "CPU" in err[0]
