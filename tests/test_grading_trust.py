@@ -290,7 +290,7 @@ def test_a_hidden_cases_name_and_hint_as_a_learner_sees_them_hold_no_drawn_value
     """Two instructors' secrets draw different hidden cases; what a learner is shown of their
     names and hints (every number as #) is the same for both, so it tells nothing of the draw.
     As drawn, 60 names and 4 hints differ (``groups of 6`` / ``groups of 8``)."""
-    from grpo_minimal.instructor.feedback import hidden_numbers
+    from grpo_minimal.instructor.feedback import numbers_hashed
 
     raw_differences = 0
     for where, builder in _hidden_case_builders():
@@ -299,7 +299,7 @@ def test_a_hidden_cases_name_and_hint_as_a_learner_sees_them_hold_no_drawn_value
         for a, b in zip(one, other, strict=True):
             for field in ("name", "hint"):
                 raw_differences += getattr(a, field) != getattr(b, field)
-                shown = hidden_numbers(getattr(a, field)), hidden_numbers(getattr(b, field))
+                shown = numbers_hashed(getattr(a, field)), numbers_hashed(getattr(b, field))
                 assert shown[0] == shown[1], (where, field, shown)
     assert raw_differences > 50  # what the learner would see without the numbers hidden
 

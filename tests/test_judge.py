@@ -275,3 +275,33 @@ def test_the_graded_kernel_never_imports_otter(labs, tmp_path):
     exercises, _, errors = grading.grade_notebook_file(notebook, labs / "grader")
     assert errors == []
     assert all(e.score == e.possible > 0 for e in exercises), exercises
+
+
+DODGES_THE_BAN = (  # lab 04: eval behind functools.partial, and the kernel's own scan patched
+    "import functools\n"
+    "from grpo_minimal.labs import reward as _reward\n"
+    "from grpo_minimal.labs.reward import table_parse_number\n"
+    "_reward._forbidden_call_of_a_function = lambda fn, fn_name: None\n"
+    "_read = functools.partial(eval)\n"
+    "def parse_number(text):\n"
+    "    if text.strip() == 'never':\n"
+    "        return _read(text)\n"
+    "    return table_parse_number(text)"
+)
+
+
+def test_the_evaluator_ban_is_read_from_the_source_in_the_judge(labs, tmp_path):
+    """Lab 04's ban on eval is decided in the judge, from the notebook's source: an eval behind
+    ``functools.partial`` (which the bytecode scan of the function does not follow), with the
+    kernel's scan patched to find nothing, still fails the check. (In the kernel, otter's way,
+    the same notebook scores full marks on parse_number.)"""
+    right = ("from grpo_minimal import rewards\n"
+             "def accuracy_reward(completions, answer, **kwargs):\n"
+             "    return rewards.accuracy_reward(completions, answer, **kwargs)")  # fmt: skip
+    notebook = filled_lab(labs / "student" / "04_reward.ipynb", {0: DODGES_THE_BAN, 1: right},
+                          tmp_path / "04_reward.ipynb")  # fmt: skip
+    scores = _scores(notebook, labs / "grader")
+    score, possible, failures = scores["parse_number"]
+    assert score < possible and "no evaluator on model output" in failures[0], failures
+    assert "eval" in failures[0]
+    assert scores["accuracy_reward"][0] == scores["accuracy_reward"][1]  # the other function's own

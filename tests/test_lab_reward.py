@@ -544,8 +544,7 @@ ACCURACY_WRONG = [
     (reward_uses_eval, "no evaluator on model output", "model output is data"),
     (reward_eval_hidden_from_the_scan, "an expression is not evaluated", "never compute"),
     (reward_no_length_cap, "a right answer past the length cap", "check len(text) first"),
-    (reward_refuses_the_length_cap, "a right answer that ends exactly at the length cap",
-     "not >="),
+    (reward_refuses_the_length_cap, "a right answer that ends exactly at the length cap", "not >="),
     (reward_crashes_on_none, "None and other non-strings", "it never raises"),
     (reward_crashes_on_content_none, "a message whose content is None", "content can be None"),
     (reward_first_message, "the last message is scored", "the LAST one"),
@@ -791,3 +790,34 @@ def test_a_wrong_none_is_not_called_a_stub_and_every_failing_case_is_named():
     assert "stub" not in message and "also failing" in message, message
     stub = assert_fails(checks.check_parse_number, lambda text: None)  # what `...` returns
     assert "is the stub `...` still there?" in stub, stub
+
+
+class _PatchedKernel(checks.InKernel):
+    """A learner's function in a kernel whose own scan was patched to find nothing."""
+
+    def __init__(self, cells: list[str]) -> None:
+        self.cells = cells
+
+    def apply(self, helper, *args, **kwargs):
+        return None  # what the patched kernel answers for any scan
+
+    def notebook_source(self) -> list[str]:
+        return self.cells
+
+
+@pytest.mark.parametrize(
+    ("cells", "what"),
+    [
+        (["import functools\nread = functools.partial(eval)\ndef f(x):\n    return read(x)"],
+         "eval"),
+        (["def f(x):\n    from ast import literal_eval as le\n    return le(x)"], "literal_eval"),
+        (["import builtins\ndef f(x):\n    return getattr(builtins, 'exec')(x)"], "'exec'"),
+        (["%timeit 1\n", "import sympy\nf = lambda x: sympy.sympify(x)"], "sympify"),
+    ],
+)  # fmt: skip
+def test_judged_apart_the_ban_reads_the_notebooks_source_not_the_kernels_answer(cells, what):
+    with pytest.raises(CheckFailed, match="no evaluator on model output") as failed:
+        checks.check_no_evaluator(_PatchedKernel(cells), "f")
+    assert what in str(failed.value)
+    clean = ["import re\nPATTERN = re.compile(r'[0-9]+')\ndef f(x):\n    return int(x)"]
+    checks.check_no_evaluator(_PatchedKernel(clean), "f")  # ordinary code passes

@@ -421,5 +421,3 @@ def grade_folder(
                     claimed.close()
         pool.shutdown(wait=True)
     return rows
-
-

@@ -82,7 +82,7 @@ _FIELDS = ("case", "input", "expected", "got", "largest difference", "hint", "al
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # 6, -1, 0.33, 2e-05
 
 
-def hidden_numbers(text: str) -> str:
+def numbers_hashed(text: str) -> str:
     """``text`` with every number shown as ``#``: what a learner sees of a hidden case's name and
     hint, which are drawn with its values (``3 groups of 6``, ``epsilon_high=0.33``)."""
     return _NUMBER.sub("#", text)
@@ -117,14 +117,14 @@ def learner_message(message: str, hidden: bool) -> str:
         elif name in _FIELDS:
             value = stripped.split(":", 1)[1].strip()
             if name == "got" and value.startswith("raised "):
-                kept.append(f"  got:      {hidden_numbers(value) if hidden else value}"[:200])
+                kept.append(f"  got:      {numbers_hashed(value) if hidden else value}"[:200])
             elif not (hidden and name in ("input", "expected", "got", "largest difference")):
-                kept.append("  " + (hidden_numbers(stripped) if hidden else stripped)[:300])
+                kept.append("  " + (numbers_hashed(stripped) if hidden else stripped)[:300])
         # any other line continues a value of many lines (an exception's text): not shown
     if not kept:  # not our checker's message: an exception from the test itself
         exception = _exception_line(message)
         if hidden:
-            exception = hidden_numbers(exception)
+            exception = numbers_hashed(exception)
         kept.append(f"  raised {exception}" if exception else "  failed")
     if hidden:
         kept.append("  (a hidden case: its input and expected value are not shown)")
@@ -135,7 +135,7 @@ def _learners_line(text: str) -> str:
     """``(line 7 of your code: SOURCE)`` with the numbers of SOURCE as ``#`` (the line number
     stays): from the learner's kernel, SOURCE is the learner's to write."""
     head, colon, source = text.partition(": ")
-    return head + colon + hidden_numbers(source)
+    return head + colon + numbers_hashed(source)
 
 
 def feedback_text(result: Graded, learner: bool, possible: float | None = None) -> str:
@@ -166,5 +166,3 @@ def feedback_text(result: Graded, learner: bool, possible: float | None = None) 
     if not learner and result.log.strip():
         lines += ["", "the grading process's stderr:", result.log.rstrip()]
     return printable("\n".join(lines) + "\n")
-
-

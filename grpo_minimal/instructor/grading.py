@@ -369,7 +369,6 @@ def signed_outcome(out: bytes, key: bytes) -> dict | None:
     return None
 
 
-
 @contextlib.contextmanager
 def _quiet():
     """otter prints its logo, and the kernel it starts writes warnings straight to file

@@ -157,8 +157,9 @@ class Kernel:
     """The learner's kernel (an ``nbclient.NotebookClient``'s, the notebook already run), asked
     one request at a time through two files in ``folder``."""
 
-    def __init__(self, client, folder: Path) -> None:
+    def __init__(self, client, folder: Path, source: list[str] = ()) -> None:
         self.client, self.folder = client, Path(folder).resolve()
+        self.source = list(source)  # the graded code cells, as the judge read them
         self._request, self._answer = (
             self.folder / "judge-request.pt",
             self.folder / "judge-answer.pt",
@@ -305,6 +306,9 @@ class RemoteFunction(InKernel):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._answer({"op": "call"}, args, kwargs)
 
+    def notebook_source(self) -> list[str]:
+        return list(self.kernel.source)
+
     def apply(self, helper, *args: Any, **kwargs: Any) -> Any:
         """``helper(fn, *args, **kwargs)`` run in the kernel, beside the learner's ``fn``, for a
         check that needs the function itself (its gradient, its bytecode): ``helper`` is a
@@ -384,8 +388,10 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int) 
     files = [ExceptionTestFile.from_string(source, path=f"tests/{name}.py")
              for name, source in sorted(tests.items())]  # fmt: skip
     reports: list[str] = []
+    graded = _graded_cells(executed)
+    source = [str(cell.get("source", "")) for _, cell in graded]
     with client.setup_kernel(), tempfile.TemporaryDirectory(prefix="lab-judge-") as exchange:
-        for index, cell in _graded_cells(executed):
+        for index, cell in graded:
             try:
                 client.execute_cell(cell, index)
             except DeadKernelError:  # the notebook ended its kernel: the checks say so
@@ -393,7 +399,7 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int) 
                     "error", ename="DeadKernelError", evalue="the kernel died while this cell ran",
                     traceback=[]))  # fmt: skip
                 break
-        kernel = Kernel(client, Path(exchange))
+        kernel = Kernel(client, Path(exchange), source)
         saved, checking.REPORTS = checking.REPORTS, reports
         try:
             for test_file in files:

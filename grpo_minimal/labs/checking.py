@@ -44,6 +44,11 @@ class InKernel:
     def apply(self, helper: Callable, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
+    def notebook_source(self) -> list[str]:
+        """The code cells of the notebook that defined it, as graded: the judge's copy, which
+        nothing in the kernel can change."""
+        raise NotImplementedError
+
 
 def beside(fn: Any, helper: Callable, *args: Any, **kwargs: Any) -> Any:
     """``helper(fn, *args, **kwargs)`` where ``fn`` lives: in its kernel when it is judged from

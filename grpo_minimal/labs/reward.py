@@ -40,6 +40,7 @@ from grpo_minimal import answers as package_answers
 from grpo_minimal import rewards as package_rewards
 from grpo_minimal.labs.checking import (
     Case,
+    InKernel,
     Mistake,
     beside,
     cases_for,
@@ -153,9 +154,105 @@ def _forbidden_call_of_a_function(fn: Callable, fn_name: str) -> tuple[str, str]
     return forbidden_call(fn) if isinstance(fn, types.FunctionType) else None
 
 
+def _defined_names(statement: ast.stmt) -> set[str]:
+    """The names a top-level statement binds or changes: a def, a class, an import, an
+    assignment's targets (``f.__code__ = ...`` changes ``f``)."""
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {statement.name}
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return {(alias.asname or alias.name).split(".")[0] for alias in statement.names}
+    targets = []
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, ast.AnnAssign | ast.AugAssign):
+        targets = [statement.target]
+    names = set()
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                names.add(node.id)
+    return names
+
+
+def _top_level(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """A cell's top-level statements, those inside a top-level if / try / with / for too."""
+    found = []
+    for statement in statements:
+        if isinstance(statement, ast.If | ast.Try | ast.With | ast.For | ast.While):
+            for block in ("body", "orelse", "finalbody"):
+                found += _top_level(getattr(statement, block, []))
+            for handler in getattr(statement, "handlers", []):
+                found += _top_level(handler.body)
+        else:
+            found.append(statement)
+    return found
+
+
+def _forbidden_in(node: ast.AST) -> str | None:
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name) and inner.id in FORBIDDEN_NAMES:
+            return inner.id
+        if isinstance(inner, ast.Attribute) and inner.attr in FORBIDDEN_ATTRIBUTES:
+            return inner.attr
+        if isinstance(inner, ast.alias) and inner.name.rsplit(".", 1)[-1] in FORBIDDEN_NAMES:
+            return inner.name
+        if isinstance(inner, ast.Constant) and inner.value in FORBIDDEN_NAMES:
+            return f"{inner.value!r} (a string, e.g. for getattr)"
+    return None
+
+
+def forbidden_in_source(cells: Sequence[str], fn_name: str) -> tuple[str, str] | None:
+    """The first evaluator that ``fn_name`` or what it uses names in a notebook's code: (what,
+    where), read from the source's syntax tree (nothing run). From the statements that define
+    or change ``fn_name``, every top-level name they use is followed to the statements that
+    define it: ``read = functools.partial(eval)`` is found through ``read``, which the bytecode
+    scan of the function alone does not follow. A global or imported name (``eval``, ``from
+    ast import literal_eval``), an attribute (``builtins.eval``) or a string (``getattr(builtins,
+    "eval")``) counts. A function the source does not define by name (made by ``exec``, say)
+    has the whole notebook scanned. A cell that does not parse is skipped (its syntax error is
+    reported apart)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    transform = TransformerManager().transform_cell
+    statements: list[ast.stmt] = []
+    for source in cells:
+        try:
+            statements += _top_level(ast.parse(transform(source)).body)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    defining: dict[str, list[ast.stmt]] = {}
+    for statement in statements:
+        for name in _defined_names(statement):
+            defining.setdefault(name, []).append(statement)
+    if fn_name not in defining:
+        reachable = statements
+    else:
+        reachable, pending, seen = [], [fn_name], set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for statement in defining.get(name, []):
+                if statement not in reachable:
+                    reachable.append(statement)
+                    pending += [n.id for n in ast.walk(statement) if isinstance(n, ast.Name)]
+    for statement in reachable:
+        if (what := _forbidden_in(statement)) is not None:
+            where = sorted(_defined_names(statement)) or ["a statement"]
+            return what, ", ".join(where)
+    return None
+
+
 def check_no_evaluator(fn: Callable, name: str) -> None:
-    """Fail (as a case with a hint) if ``fn`` or a function it calls can evaluate its input."""
-    found = beside(fn, _forbidden_call_of_a_function, fn_name=name)
+    """Fail (as a case with a hint) if ``fn`` or a function it calls can evaluate its input.
+    Judged apart, the notebook's source is read in the judge first (``forbidden_in_source``:
+    the kernel cannot answer for it), then the function's bytecode in its kernel."""
+    found = None
+    if isinstance(fn, InKernel):
+        found = forbidden_in_source(fn.notebook_source(), name)
+    if found is None:
+        found = beside(fn, _forbidden_call_of_a_function, fn_name=name)
     if found is None:
         return
     what, where = found
