@@ -217,3 +217,16 @@ def test_lab_grade_says_in_one_line_what_its_limits_do_not_bound(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [commands.PER_PROCESS_LIMITS]
     assert "only per process" in err[0] and "memory shared" in err[0] and "CPU" in err[0]
+
+
+def test_a_job_that_reaches_a_limit_says_which_in_its_row():
+    errors = [
+        {"cell": "fill()", "error": "OSError: [Errno 28] No space left on device", "traceback": ""},
+        {"cell": "big()", "error": "MemoryError", "traceback": ""},
+        {"cell": "again()", "error": "OSError: [Errno 28] No space left on device", "traceback": ""},
+        {"cell": "x", "error": "ValueError: no", "traceback": ""},
+    ]
+    found = classroom.limits_reached(errors)
+    assert [problem.split(":")[0] for problem in found] == ["disk limit", "memory limit"]
+    assert "1 GiB each" in found[0]
+    assert classroom.limits_reached(errors[3:]) == []

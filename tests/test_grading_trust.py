@@ -92,7 +92,10 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
     hostile("h-deletes-class.ipynb",  # the class folder, found from its absolute path
             f"import os\nfor n in os.listdir({str(folder)!r}):\n"
             f"    os.remove(os.path.join({str(folder)!r}, n))")  # fmt: skip
-    hostile("h-plants-file.ipynb", f"open({str(folder / 'planted.ipynb')!r}, 'w').write('x')")
+    hostile("h-plants-file.ipynb",  # folders no one may enter, then a file in the class folder
+            "import os\nfor where in ('locked', '/tmp/locked', '/dev/shm/locked'):\n"
+            "    os.makedirs(where + '/inner')\n    os.chmod(where, 0)\n"
+            f"open({str(folder / 'planted.ipynb')!r}, 'w').write('x')")  # fmt: skip
     hostile("h-rewrites-zip.ipynb",  # every autograder zip turned into one that passes anything
             f"import glob\nfor z in glob.glob({str(grader)!r} + '/*.zip'):\n"
             "    open(z, 'wb').write(b'PK')")  # fmt: skip

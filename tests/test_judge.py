@@ -226,6 +226,34 @@ def test_what_the_kernel_sends_back_is_decoded_as_data():
     assert nested == [1, (2.5, "x"), {"k": Ellipsis}]
 
 
+def test_the_kernels_answers_cross_as_data_and_nothing_is_unpickled(tmp_path):
+    """What the kernel writes (``__grpo_write__``: safetensors, the rest as JSON) comes back
+    whole in the judge, tuples, int keys, odd dtypes and NaN included; a file in torch's own
+    format (a pickle), a symbolic link (to the judge's stdout, say) and a FIFO are refused,
+    not read."""
+    import os
+
+    from grpo_minimal.instructor.judge import KERNEL_CODE, read_exchange
+
+    kernel: dict = {}
+    exec(KERNEL_CODE, kernel)  # as the kernel runs it, in a namespace of its own
+    strided = torch.arange(12.0).reshape(3, 4).t()  # not contiguous
+    value = {"ok": [strided, (1, "x", None), {3: torch.tensor([True, False])}, float("nan")],
+             "half": torch.ones(2, dtype=torch.bfloat16), "empty": torch.zeros(0, 5)}  # fmt: skip
+    kernel["__grpo_write__"](kernel["__grpo_encode__"](value), str(tmp_path / "answer"))
+    back = read_exchange(tmp_path / "answer")
+    assert torch.equal(back["ok"][0], strided) and back["ok"][1] == (1, "x", None)
+    assert torch.equal(back["ok"][2][3], torch.tensor([True, False]))
+    assert back["ok"][3] != back["ok"][3]  # NaN
+    assert back["half"].dtype == torch.bfloat16 and back["empty"].shape == (0, 5)
+    torch.save({"ok": 1}, tmp_path / "pickled")
+    (tmp_path / "link").symlink_to(tmp_path / "answer")
+    os.mkfifo(tmp_path / "fifo")
+    for name in ("pickled", "link", "fifo"):
+        with pytest.raises((ValueError, OSError)):
+            read_exchange(tmp_path / name)
+
+
 def test_the_learners_errors_keep_their_kind_and_text():
     error = rebuilt_error(["Refused", "ValueError", "Exception"], "no", "raised Refused: no")
     assert isinstance(error, ValueError) and isinstance(error, LearnerError)

@@ -139,6 +139,7 @@ class Grader:
                           "; ".join([*problems, f"grading failed: {error[:300]}"]), log)  # fmt: skip
         exercises = [ExerciseResult(**e) for e in outcome["exercises"]]
         errors = outcome.get("cell_errors", [])
+        problems = [*problems, *limits_reached(errors)]
         return Graded(notebook.name, lab, exercises, outcome["reports"],
                       "; ".join(problems) or None, log, errors)  # fmt: skip
 
@@ -204,6 +205,28 @@ class Grader:
     def kill(self) -> None:
         self._killed = True
         self._end()
+
+
+_MEMORY = (
+    f"memory limit: a cell ran out of the {sandbox.Limits().memory_gib:g} GiB a process may hold"
+)
+LIMIT_SIGNS = {
+    "No space left on device": "disk limit: a cell filled one of the job's places to write "
+    f"(scratch, /tmp, /dev/shm: {sandbox.Limits().disk_gib:g} GiB each)",
+    "File too large": f"file limit: a cell wrote past {sandbox.Limits().file_gib:g} GiB in one file",
+    "MemoryError": _MEMORY,
+    "Cannot allocate memory": _MEMORY,
+}
+"""What a cell's error says when the job reached one of the sandbox's limits, and the row's
+problem that names it."""
+
+
+def limits_reached(cell_errors: list[dict]) -> list[str]:
+    """The sandbox limits a notebook's cells ran into, one problem each (the row says "disk
+    limit", not only the learner's OSError)."""
+    found = [label for sign, label in LIMIT_SIGNS.items()
+             if any(sign in error["error"] for error in cell_errors)]  # fmt: skip
+    return list(dict.fromkeys(found))
 
 
 MAX_RESULT_BYTES = 1 << 20

@@ -6,9 +6,9 @@ results otter reads back. Here the notebook runs in its kernel as usual, then th
 the grading process (the judge), which the kernel cannot reach (it is not dumpable: the kernel,
 the same user, cannot open its memory or its file descriptors). A check calls the learner's
 function through a ``RemoteFunction``: the arguments go to the kernel, the learner's function
-runs there, and what it returned comes back as data (tensors, numbers, strings, lists, dicts;
-``torch.load(weights_only=True)``, which builds no object it was not asked for). Expected
-values, comparisons and points stay in the judge. Whatever the kernel sends back is the
+runs there, and what it returned comes back as data (tensors, numbers, strings, lists, dicts):
+a safetensors file whose metadata holds the rest as JSON (``read_exchange``), so the judge
+unpickles nothing the kernel wrote. Expected values, comparisons and points stay in the judge. Whatever the kernel sends back is the
 learner's answer: a right answer scores, anything else does not.
 
 What a check measures about the learner's code rather than receives from it (how many times it
@@ -132,6 +132,59 @@ def decode(value: Any) -> Any:
     return {k: decode(v) for k, v in value.items()}
 
 
+MAX_EXCHANGE_BYTES = 512 * 2**20
+"""The largest file the judge reads from the kernel (a lab 06 model's weights are a few MB)."""
+
+
+def read_exchange(path: Path) -> Any:
+    """What the kernel wrote at ``path`` (``kernel_code.__grpo_write__``): the tensors of a
+    safetensors file put back into the JSON structure of its metadata. Read only from a regular
+    file (never through a symbolic link, never a FIFO) of at most ``MAX_EXCHANGE_BYTES``;
+    anything else raises ``ValueError``."""
+    import json
+    import os
+    import stat
+
+    from safetensors.torch import load
+
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_EXCHANGE_BYTES:
+            raise ValueError("not a regular file of the exchange's size")
+        data = handle.read(MAX_EXCHANGE_BYTES + 1)
+    size = int.from_bytes(data[:8], "little")
+    structure = json.loads(json.loads(data[8 : 8 + size])["__metadata__"]["structure"])
+    tensors = load(data)
+
+    def restore(value: Any) -> Any:
+        if isinstance(value, list):
+            return [restore(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        tag = value.get("__grpo__")
+        if tag == "tensor" and isinstance(value.get("key"), str) and value["key"] in tensors:
+            return tensors[value["key"]]
+        if tag == "tuple" and isinstance(value.get("items"), list):
+            return tuple(restore(v) for v in value["items"])
+        if tag == "pairs" and isinstance(value.get("items"), list):
+            pairs = [p for p in value["items"] if isinstance(p, list) and len(p) == 2]
+            return {k: restore(v) for k, v in pairs if isinstance(k, str | int)}
+        return {k: restore(v) for k, v in value.items()}
+
+    return restore(structure)
+
+
+def _write_new(path: Path, value: Any) -> None:
+    """``torch.save`` to a file the judge creates at ``path`` (the kernel loads it): never through
+    a symbolic link or into a file the kernel made there (``O_EXCL | O_NOFOLLOW``)."""
+    import os
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(path, flags, 0o600), "wb") as handle:
+        torch.save(value, handle)
+
+
 def _write_back(original: Any, after: Any) -> None:
     """Make the judge's argument what the learner's call left of its copy (an in-place edit of
     an input is visible to the check, as it would be in the kernel)."""
@@ -151,6 +204,10 @@ def _write_back(original: Any, after: Any) -> None:
     elif isinstance(original, dict) and isinstance(after, dict):
         original.clear()
         original.update(after)
+
+
+_CALL_FILE = re.compile(r"call-[0-9]{1,12}\.pt")
+"""A stand-in's request, as ``kernel_code`` names it; no other name is taken for one."""
 
 
 class Kernel:
@@ -183,7 +240,7 @@ class Kernel:
         """Answer one call of an instrument: its arguments are data (``weights_only``), the
         method one its class allows; what it returns or raises goes back to the kernel."""
         try:
-            call = torch.load(request, weights_only=True)
+            call = read_exchange(request)
             target = self.instruments[str(call["key"])]
             method = str(call["method"])
             if method not in type(target).JUDGE_METHODS:
@@ -194,8 +251,10 @@ class Kernel:
             answer = {"raised": (type(error).__name__, str(error)[:500])}
         request.unlink(missing_ok=True)
         reply = request.with_suffix(".answer")
-        torch.save(answer, reply.with_suffix(".tmp"))
-        reply.with_suffix(".tmp").rename(reply)
+        with contextlib.suppress(OSError):  # a file the kernel planted there: its call fails
+            reply.with_suffix(".tmp").unlink(missing_ok=True)
+            _write_new(reply.with_suffix(".tmp"), answer)
+            reply.with_suffix(".tmp").rename(reply)
 
     @contextlib.contextmanager
     def _serving(self):
@@ -208,7 +267,8 @@ class Kernel:
         def serve() -> None:
             pause = 0.0002  # short while the kernel calls, up to 20 ms while it computes
             while not done.is_set():
-                requests = sorted(self.folder.glob("call-*.pt"))
+                requests = [r for r in sorted(self.folder.glob("call-*.pt"))
+                            if _CALL_FILE.fullmatch(r.name)]  # fmt: skip
                 for request in requests:
                     self._serve(request)
                 pause = 0.0002 if requests else min(2 * pause, 0.02)
@@ -245,14 +305,18 @@ class Kernel:
         if not self.alive:
             raise KernelGone("the notebook's kernel has stopped")
         self._answer.unlink(missing_ok=True)
-        torch.save(request, self._request)
+        self._request.unlink(missing_ok=True)
+        try:
+            _write_new(self._request, request)
+        except OSError as error:  # the kernel put something there first
+            raise KernelGone(f"the request could not be written ({error.strerror})") from None
         with self._serving():
             problem = self._run(f"__grpo_judge__({str(self._request)!r}, {str(self._answer)!r})")
         self.instruments.clear()
         if problem is not None and ("Dead" in problem or "Timeout" in problem):
             self.alive = False
         try:
-            answer = torch.load(self._answer, weights_only=True)
+            answer = read_exchange(self._answer)
         except Exception as error:
             why = problem or f"{type(error).__name__}: {str(error)[:200]}"
             raise KernelGone(f"the notebook's kernel gave no answer ({why})") from None

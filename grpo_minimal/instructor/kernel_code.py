@@ -3,13 +3,15 @@
 Every import is inside a function: a name imported at the top would replace a notebook's own.
 
 ``__grpo_judge__`` answers one request of the judge (describe names, call a function, apply a
-package helper beside it) and writes the answer as data (``__grpo_encode__``); an instrument of a
-check that stays in the judge reaches the learner's function as an ``__GrpoInstrument__``.
+package helper beside it) and writes the answer as data (``__grpo_encode__``, then
+``__grpo_write__``: safetensors for the tensors, JSON for the rest, nothing the judge unpickles);
+an instrument of a check that stays in the judge reaches the learner's function as an
+``__GrpoInstrument__``.
 """
 
 
 def __grpo_encode__(x, depth=0):
-    """A value as data the judge loads with ``torch.load(weights_only=True)``."""
+    """A value as data: plain Python values, tensors and tagged dicts (``__grpo_write__``)."""
     import dataclasses
     import fractions
 
@@ -55,6 +57,52 @@ def __grpo_encode__(x, depth=0):
     return {"__grpo__": "opaque", "type": type(x).__name__, "repr": text}
 
 
+def __grpo_write__(value, path):
+    """``value`` (``__grpo_encode__``'s) as a safetensors file: its tensors by key, everything
+    else as JSON in the file's metadata (the judge reads it with ``judge.read_exchange``)."""
+    import json
+    import os
+
+    import torch
+    from safetensors.torch import save
+
+    tensors = {}
+    storable = {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+    }
+
+    def plain(x):
+        if isinstance(x, torch.Tensor):
+            if x.dtype not in storable or x.layout != torch.strided:
+                return {"__grpo__": "opaque", "type": "Tensor", "repr": f"a {x.dtype} tensor"}
+            key = f"t{len(tensors)}"
+            tensors[key] = torch.Tensor(x).detach().contiguous().clone()
+            return {"__grpo__": "tensor", "key": key}
+        if isinstance(x, tuple):
+            return {"__grpo__": "tuple", "items": [plain(v) for v in x]}
+        if isinstance(x, list):
+            return [plain(v) for v in x]
+        if isinstance(x, dict):
+            if all(type(k) is str for k in x):
+                return {k: plain(v) for k, v in x.items()}
+            return {"__grpo__": "pairs", "items": [[k, plain(v)] for k, v in x.items()]}
+        return x
+
+    data = save(tensors, metadata={"structure": json.dumps(plain(value))})
+    with open(path + ".tmp", "wb") as handle:
+        handle.write(data)
+    os.rename(path + ".tmp", path)
+
+
 class __GrpoInstrument__:
     """A check's instrument (a policy that counts its generate calls, a reward that records what
     it scored) lent to the learner's function: it stays in the judge, which counts; each call of
@@ -88,16 +136,15 @@ class __GrpoInstrument__:
         folder, key, kind, _ = self._where
         number = next(__grpo_calls__)
         request, answer = f"{folder}/call-{number}.pt", f"{folder}/call-{number}.answer"
-        torch.save(
+        __grpo_write__(
             {
                 "key": key,
                 "method": method,
                 "args": __grpo_encode__(list(args)),
                 "kwargs": __grpo_encode__(dict(kwargs)),
             },
-            request + ".tmp",
+            request,
         )
-        os.rename(request + ".tmp", request)
         deadline, pause = time.monotonic() + 600, 0.0002
         while not os.path.exists(answer):
             if time.monotonic() > deadline:
@@ -172,4 +219,4 @@ def __grpo_judge__(request_path, answer_path):
             answer = answer_of(lambda: fn(*args, **kwargs))
         answer["args"] = encode(list(args))
         answer["kwargs"] = encode(dict(kwargs))
-    torch.save(answer, answer_path)
+    __grpo_write__(answer, answer_path)
