@@ -197,9 +197,7 @@ def prepare_math(args: argparse.Namespace):
         raise ValueError(TRL_HAS_NO_PPO)
     cfg = _math_config(args)
     if args.merge and not cfg.lora_r:
-        raise ValueError(
-            "--merge writes a LoRA run's adapter merged into its base: it needs --lora-r"
-        )
+        raise ValueError("--merge writes a LoRA run's adapter merged into its base: it needs --lora-r")
     check_out(args.out)
     if args.backend == "grpo_minimal" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError(
@@ -447,9 +445,7 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
                          help="new tokens per answer at most (as trained, else 5 on a CPU)")  # fmt: skip
     ev_math.add_argument("--device", help="auto, cpu, cuda or cuda:N (auto unless given)")
     ev_math.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (auto unless given)")
-    ev_math.add_argument(
-        "--batch-size", type=int, default=256, help="completions per generate call"
-    )
+    ev_math.add_argument("--batch-size", type=int, default=256, help="completions per generate call")
     ev_math.add_argument(
         "--samples",
         type=int,

@@ -108,13 +108,11 @@ class LMPPOConfig(MathConfig):
         1, "completions sampled per prompt (PPO's classic choice is 1; the critic is the baseline)"
     )
     beta: float = option(
-        0.04,
-        "weight of the per-token KL penalty (k1) in the reward, equation (22); 0: no reference",
+        0.04, "weight of the per-token KL penalty (k1) in the reward, equation (22); 0: no reference"
     )
     num_iterations: int = override(MathConfig, "num_iterations", 4)
     num_minibatches: int = option(
-        1,
-        "minibatches of whole prompts per epoch, one AdamW step each; must divide prompts_per_step",
+        1, "minibatches of whole prompts per epoch, one AdamW step each; must divide prompts_per_step"
     )
     gae_lambda: float = option(
         0.95, "lambda of GAE over tokens (gamma is 1): 0 is the one-step TD error, 1 the return - V"
@@ -138,10 +136,8 @@ class LMPPOConfig(MathConfig):
             if getattr(self, name) != defaults[name]:
                 raise ValueError(f"{name} is a GRPO setting; PPO (--algo ppo) does not use it")
         if self.lora_r:
-            raise ValueError(
-                "lora_r must be 0 with --algo ppo: PPO's critic is built for a full "
-                "fine-tune; LoRA runs with GRPO"
-            )
+            raise ValueError("lora_r must be 0 with --algo ppo: PPO's critic is built for a full "
+                             "fine-tune; LoRA runs with GRPO")
         check_range("num_minibatches", self.num_minibatches, 1)
         per_minibatch, left = divmod(self.prompts_per_step, self.num_minibatches)
         if left:
@@ -195,9 +191,7 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.weight)  # V = 0 at first (the N details' value head)
         nn.init.zeros_(self.head.bias)
 
-    def forward(
-        self, input_ids, attention_mask, position_ids, logits_to_keep: int, use_cache=False
-    ):
+    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int, use_cache=False):
         hidden = self.body(input_ids=input_ids, attention_mask=attention_mask,
                            position_ids=position_ids, use_cache=use_cache).last_hidden_state  # fmt: skip
         return SimpleNamespace(logits=self.head(hidden[:, -logits_to_keep:]))
@@ -261,9 +255,8 @@ def ppo_lm_loss(
     per_token = -clipped_surrogate(ratio, advantages, epsilon, epsilon_high)  # (6)
     policy_loss = aggregate_loss(per_token, mask, loss_type, max_completion_length)
     kept = mask.bool()
-    v_loss = value_loss(
-        values[kept], old_values[kept], targets[kept], value_clip if value_clip > 0 else None
-    )  # (13) fmt: skip
+    v_loss = value_loss(values[kept], old_values[kept], targets[kept],
+                        value_clip if value_clip > 0 else None)  # (13) fmt: skip
     with torch.no_grad():
         low, high = clipped_tokens(ratio, advantages, epsilon, epsilon_high)
         metrics = {

@@ -34,9 +34,7 @@ def quiet_peft():
     """peft 0.21 asks transformers 5 for ``is_gradient_checkpointing``, a deprecated name: its
     FutureWarning says nothing a learner can act on."""
     with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning
-        )
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
         yield
 
 
@@ -76,9 +74,7 @@ def check_lora(cfg, model) -> None:
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = [t for t in lora_config(cfg).target_modules if t not in names]
     if missing:
-        raise ValueError(
-            f"lora_target_modules: the model has no module named {', '.join(sorted(missing))}"
-        )
+        raise ValueError(f"lora_target_modules: the model has no module named {', '.join(sorted(missing))}")
 
 
 class AdapterOff:

@@ -114,10 +114,8 @@ BAD_INPUTS = [
     (["math", "--eval-split", "no_such_split.jsonl"], "eval_split: no file no_such_split.jsonl"),
     (["math", "--model", "data/no_such_model"], "model: 'data/no_such_model' is not a folder"),
     (["math", "--model", "data"], "holds no config.json"),
-    (
-        ["math", "--dataset", "gsm8k_sample", "--allow-eval-overlap", "true"],
-        "exceeds the model's context of 32 tokens",
-    ),
+    (["math", "--dataset", "gsm8k_sample", "--allow-eval-overlap", "true"],
+     "exceeds the model's context of 32 tokens"),
     # FILE: a short prompt with a letter
     (["math", "--dataset", "FILE", "--allow-eval-overlap", "true"], "does not know: 'a'"),
     (["math", "--prompt-template", "r1"], "needs a tokenizer with a chat template"),

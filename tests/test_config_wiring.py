@@ -566,14 +566,7 @@ def case_lora_dropout(tiny, tmp_path):
 def case_lora_target_modules(tiny, tmp_path):
     every = lora_layers(one_step(tiny, lora_r=4).trainer.model)
     assert {n.rsplit(".", 1)[-1] for n in every} == {
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    }  # not lm_head
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # not lm_head
     two = lora_layers(one_step(tiny, lora_r=4, lora_target_modules="q_proj, v_proj").trainer.model)
     assert {n.rsplit(".", 1)[-1] for n in two} == {"q_proj", "v_proj"}
 
@@ -769,9 +762,7 @@ def test_trl_trainer_samples_from_the_template(tiny, tmp_path):
 def test_trl_trainer_gets_the_same_lora_adapters(tiny, tmp_path):
     """TRL receives the run's peft config: rank, scale, dropout and target modules; with LoRA
     and beta > 0 it keeps no reference copy (the adapter is disabled instead)."""
-    settings = dict(
-        lora_r=4, lora_alpha=12.0, lora_dropout=0.25, lora_target_modules="q_proj,v_proj"
-    )
+    settings = dict(lora_r=4, lora_alpha=12.0, lora_dropout=0.25, lora_target_modules="q_proj,v_proj")
     trainer = trl_trainer(tiny, tmp_path, beta=0.04, **settings)
     layers = lora_layers(trainer.model)
     assert {n.rsplit(".", 1)[-1] for n in layers} == {"q_proj", "v_proj"}

@@ -203,27 +203,37 @@ def test_a_job_never_grades_as_a_user_id_that_is_taken(monkeypatch):
         sleeper.wait()
 
 
-def test_lab_grade_says_in_one_line_what_its_limits_do_not_bound(tmp_path, capsys):
+@pytest.mark.parametrize("cgroup", [None, "not root"])
+def test_lab_grade_says_in_one_line_what_its_limits_do_not_bound(cgroup, tmp_path, capsys,
+                                                                 monkeypatch):  # fmt: skip
     import argparse
 
-    from grpo_minimal.instructor import commands, sandbox
+    from grpo_minimal.instructor import cgroups, commands, sandbox
 
     if sandbox.missing_tools() or sandbox.probe():
         pytest.skip("needs a working bubblewrap sandbox (.ci/run installs it)")
+    monkeypatch.setattr(cgroups, "available", lambda: cgroup)
     (tmp_path / "a.ipynb").write_text("{}")
     args = argparse.Namespace(folder=str(tmp_path), grader=str(tmp_path), timeout=60, jobs=1,
                               no_sandbox=False)  # fmt: skip
     commands.prepare_lab_grade(args)
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [commands.PER_PROCESS_LIMITS]
-    assert "only per process" in err[0] and "memory shared" in err[0] and "CPU" in err[0]
+    if cgroup is None:  # a cgroup per job: nothing left unbounded to say
+        assert err == []
+    else:
+        assert err == [commands.per_process_limits(cgroup)] and "(not root)" in err[0]
+        assert "only per process" in err[0] and "memory shared" in err[0] and "CPU" in err[0]
 
 
 def test_a_job_that_reaches_a_limit_says_which_in_its_row():
     errors = [
         {"cell": "fill()", "error": "OSError: [Errno 28] No space left on device", "traceback": ""},
         {"cell": "big()", "error": "MemoryError", "traceback": ""},
-        {"cell": "again()", "error": "OSError: [Errno 28] No space left on device", "traceback": ""},
+        {
+            "cell": "again()",
+            "error": "OSError: [Errno 28] No space left on device",
+            "traceback": "",
+        },
         {"cell": "x", "error": "ValueError: no", "traceback": ""},
     ]
     found = classroom.limits_reached(errors)

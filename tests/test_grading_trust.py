@@ -28,7 +28,7 @@ import pytest
 from lab_helpers import GRADER_SECRET, PACKAGE_ANSWERS_01, TAMPERING, filled_lab
 
 from grpo_minimal import cli
-from grpo_minimal.instructor import commands, sandbox
+from grpo_minimal.instructor import cgroups, sandbox
 from grpo_minimal.instructor.build import GRADE_WITH, STUDENT_DIR, build_labs, lab_seed
 from grpo_minimal.instructor.feedback import learner_message
 from grpo_minimal.instructor.grading import checks_at_the_end
@@ -195,9 +195,10 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, m
     # nothing submitted was lost or changed, nothing planted, no zip rewritten
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == submitted
     assert {p.name: p.read_bytes() for p in grader.glob("*.zip")} == zips
-    # nothing outlives grading: no process, no folder of copies or hidden tests
+    # nothing outlives grading: no process, no folder of copies or hidden tests, no cgroup
     assert not _marked_processes()
     assert list(scratch.iterdir()) == []
+    assert not cgroups.left_behind()
     # the learners' feedback holds no hidden value, no secret, no instructor's environment
     seed = str(lab_seed(SECRET, LAB))
     everything = [grades.read_text(), *(p.read_text() for p in (tmp_path / "out").rglob("*.txt")
@@ -290,21 +291,23 @@ def _hidden_case_builders():
 
 
 def test_a_hidden_cases_name_and_hint_as_a_learner_sees_them_hold_no_drawn_value():
-    """Two instructors' secrets draw different hidden cases; what a learner is shown of their
-    names and hints (every number as #) is the same for both, so it tells nothing of the draw.
-    As drawn, 60 names and 4 hints differ (``groups of 6`` / ``groups of 8``)."""
+    """Instructors' secrets draw different hidden cases; what a learner is shown of their names
+    and hints (every number as #) is the same for all of them, so it tells nothing of the draw.
+    As drawn from the seeds 11 and 987,654,321, 66 names and 4 hints of the 178 cases differ
+    (``groups of 6`` / ``groups of 8``)."""
     from grpo_minimal.instructor.feedback import numbers_hashed
 
     raw_differences = 0
     for where, builder in _hidden_case_builders():
-        one, other = builder(11), builder(987_654_321)
-        assert len(one) == len(other), where
-        for a, b in zip(one, other, strict=True):
+        draws = [builder(seed) for seed in (11, 987_654_321, 2**40 + 3)]
+        assert len({len(cases) for cases in draws}) == 1, where
+        for first, *others in zip(*draws, strict=True):
             for field in ("name", "hint"):
-                raw_differences += getattr(a, field) != getattr(b, field)
-                shown = numbers_hashed(getattr(a, field)), numbers_hashed(getattr(b, field))
-                assert shown[0] == shown[1], (where, field, shown)
-    assert raw_differences > 50  # what the learner would see without the numbers hidden
+                shown = numbers_hashed(getattr(first, field))
+                for other in others:
+                    raw_differences += getattr(first, field) != getattr(other, field)
+                    assert numbers_hashed(getattr(other, field)) == shown, (where, field, shown)
+    assert raw_differences > 100  # what the learner would see without the numbers hidden
 
 
 def test_a_learners_exception_cannot_carry_a_hidden_input_into_its_feedback():
@@ -398,7 +401,8 @@ def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):
     os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
     out, err = process.communicate(timeout=120)
     assert process.returncode == 130, (out, err)
-    said = [line for line in err.strip().splitlines() if line != commands.PER_PROCESS_LIMITS]
+    said = [line for line in err.strip().splitlines()
+            if not line.startswith("lab grade: no cgroup per job")]  # fmt: skip
     assert len(said) == 1 and "interrupted" in said[0], err  # beside the limits' one line
     rows = list(csv.DictReader(grades.open()))
     assert [r["notebook"] for r in rows] == ["a-right.ipynb"] and float(rows[0]["total"]) == 8
@@ -453,6 +457,12 @@ for place in (".", "/tmp", "/dev/shm"):  # each a memory file system of the job'
                 written += fill.write(bytes(1 << 20))
                 fill.flush()
         seen[place] = f"wrote {written}"
+    except OSError as error:
+        seen[place] = error.strerror
+for place in ("/", "/dev"):  # the sandbox's own root and /dev: read-only
+    try:
+        open(os.path.join(place, "planted"), "w").write("x")
+        seen[place] = "written"
     except OSError as error:
         seen[place] = error.strerror
 try:
@@ -510,8 +520,9 @@ def test_the_sandbox_holds_only_its_allow_list_and_no_network(mode, tmp_path, mo
     assert seen["given"] in ("Read-only file system", "Permission denied"), seen
     assert sorted(p.name for p in scratch.iterdir()) == ["given.txt"]
     assert (scratch / "given.txt").read_text() == "the notebook"
-    # as an ordinary user, no user namespace inside (bwrap cannot refuse one to root's setpriv)
-    assert seen["nested user namespace"] is (mode == "root"), seen
+    assert seen["/"] == seen["/dev"] == "Read-only file system", seen
+    if mode == "ordinary user":  # no user namespace inside (bwrap cannot refuse root's setpriv)
+        assert seen["nested user namespace"] is False, seen
 
 
 @pytest.mark.parametrize("broken", ["missing", "does not start"])
@@ -573,9 +584,15 @@ def test_an_ordinary_users_group_rights_and_namespaces_stay_outside(monkeypatch)
         secret.write_text("the group's secret")
         os.chown(secret, 0, ORDINARY_GID)
         secret.chmod(0o640)
+        private = folder / "private"  # as /etc/ssl/private: the group may enter, not list
+        private.mkdir()
+        (private / "key.pem").write_text("the group's key")
+        os.chown(private, 0, ORDINARY_GID)
+        private.chmod(0o710)
         scratch = folder / "scratch"
         scratch.mkdir()
-        probe = (f"cat {secret}; echo; unshare --user true && echo nested || echo no-nested; "
+        probe = (f"cat {secret} {private}/key.pem; echo; "
+                 "unshare --user true && echo nested || echo no-nested; "
                  "head -c 20000000 /dev/zero > /tmp/fill || echo tmp-full")  # fmt: skip
         limits = sandbox.Limits(disk_gib=16 / 1024)
         seen = {}
@@ -587,8 +604,64 @@ def test_an_ordinary_users_group_rights_and_namespaces_stay_outside(monkeypatch)
             if "setting up uid map" in done.stderr or "No permissions to create" in done.stderr:
                 pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()}")
             seen[cover] = done.stdout
-        assert "the group's secret" in seen[False], seen  # the control: the group's right holds
-        assert "the group's secret" not in seen[True], seen
+        for text in ("the group's secret", "the group's key"):
+            assert text in seen[False], seen  # the control: the group's rights hold inside
+            assert text not in seen[True], seen
         assert "no-nested" in seen[True] and "tmp-full" in seen[True], seen
     finally:
         shutil.rmtree(folder)
+
+
+SHARES_MEMORY = """
+import mmap, sys
+shared = mmap.mmap(-1, int(sys.argv[1]), flags=mmap.MAP_SHARED)  # not the process's data
+for offset in range(0, len(shared), 4096):
+    shared[offset] = 1
+print("held it")
+"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(bool(cgroups.available()), reason=f"no cgroup per job: {cgroups.available()}")
+def test_a_jobs_memory_is_bounded_together_and_its_group_ends_with_it(tmp_path):
+    """A shared anonymous mapping is not a process's data: prlimit lets a 64 MiB process hold
+    256 MiB of it (the control). In a job's cgroup of 128 MiB the kernel kills it, the group
+    says so, and nothing of the group is left afterwards."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    slot, lock = sandbox.claim_slot()
+    limits = sandbox.Limits(memory_gib=1 / 16)
+    argv = sandbox.command([sys.executable, "-c", SHARES_MEMORY, str(256 << 20)], scratch, [],
+                           sandbox.readable_folders(), {"PATH": "/usr/bin:/bin"}, slot, limits)  # fmt: skip
+    try:
+        alone = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert alone.stdout.strip() == "held it", alone.stderr[-2000:]  # prlimit alone: held
+        group = cgroups.JobGroup(f"grpo-test-{os.getpid()}", 128 << 20, limits.processes)
+        group.create()
+        try:
+            bounded = subprocess.run(group.wrap(argv), capture_output=True, text=True,
+                                     timeout=120)  # fmt: skip
+            assert bounded.stdout.strip() != "held it" and bounded.returncode != 0, bounded
+            assert group.out_of_memory()
+            assert (group.paths["pids"] / "pids.max").read_text().strip() == str(limits.processes)
+        finally:
+            group.remove()
+        assert not any(path.exists() for path in group.paths.values())
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another group)")
+def test_the_group_cover_takes_what_a_group_alone_opens_never_what_is_bound_in(tmp_path):
+    root = tmp_path / "bound"  # a folder bound in that is itself the group's: it must stay
+    (root / "open").mkdir(parents=True)
+    (root / "open" / "public.txt").write_text("all")
+    (root / "mine.txt").write_text("group")
+    (root / "entered").mkdir()
+    for path, mode in ((root, 0o750), (root / "mine.txt", 0o640), (root / "entered", 0o710)):
+        os.chown(path, 0, ORDINARY_GID)
+        path.chmod(mode)
+    found = sandbox.group_only_files([root], {ORDINARY_GID})
+    assert found == [root / "entered", root / "mine.txt"], found
+    assert sandbox.group_only_files([root], {ORDINARY_GID + 1}) == []  # another group's: none

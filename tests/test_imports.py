@@ -110,8 +110,6 @@ def test_no_import_cycle_in_the_package():
 @pytest.mark.parametrize("name", sorted(module_names(PACKAGE)))
 def test_modules_stay_readable(name):
     lines = len(module_names(PACKAGE)[name].read_text(encoding="utf-8").splitlines())
-    limit = (
-        300 if name == "lm_grpo" else MAX_LINES
-    )  # the readable step (docs/architecture.md's reading guide)
+    limit = 300 if name == "lm_grpo" else MAX_LINES  # the readable step (docs/architecture.md's reading guide)
     if name not in LONG_MODULES:
         assert lines <= limit, f"grpo_minimal/{name}: {lines} lines, over {limit}"

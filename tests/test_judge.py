@@ -249,7 +249,13 @@ def test_the_kernels_answers_cross_as_data_and_nothing_is_unpickled(tmp_path):
     torch.save({"ok": 1}, tmp_path / "pickled")
     (tmp_path / "link").symlink_to(tmp_path / "answer")
     os.mkfifo(tmp_path / "fifo")
-    for name in ("pickled", "link", "fifo"):
+    from safetensors.torch import save
+
+    nested = "[" * 100 + "]" * 100  # deeper than any answer the kernel's encoder writes
+    (tmp_path / "deep").write_bytes(save({}, metadata={"structure": nested}))
+    (tmp_path / "bare").write_bytes(save({"t0": torch.ones(1)}))  # no structure
+    (tmp_path / "huge header").write_bytes((1 << 40).to_bytes(8, "little") + b"{}")
+    for name in ("pickled", "link", "fifo", "deep", "bare", "huge header"):
         with pytest.raises((ValueError, OSError)):
             read_exchange(tmp_path / name)
 

@@ -272,9 +272,7 @@ NAMED_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "check, fn, hint", NAMED_MISTAKES, ids=lambda v: getattr(v, "__name__", "")
-)
+@pytest.mark.parametrize("check, fn, hint", NAMED_MISTAKES, ids=lambda v: getattr(v, "__name__", ""))
 @pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
 def test_a_mistake_is_told_the_hint_that_names_it(check, fn, hint, seed):
     assert_told(check, fn, hint, seed)

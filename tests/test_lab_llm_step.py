@@ -513,9 +513,7 @@ def test_hidden_twins_are_fresh_values_of_the_public_kinds(twins):
     assert [kind(c) for c in public] == [kind(c) for c in hidden]
 
     def tensors(case):
-        arg = (
-            case.args[1] if isinstance(case.args[1], completions.CompletionGroups) else case.args[0]
-        )
+        arg = case.args[1] if isinstance(case.args[1], completions.CompletionGroups) else case.args[0]
         return arg.completion_ids if isinstance(arg, completions.CompletionGroups) else arg
 
     assert any(

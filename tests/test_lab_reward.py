@@ -810,14 +810,26 @@ class _PatchedKernel(checks.InKernel):
     [
         (["import functools\nread = functools.partial(eval)\ndef f(x):\n    return read(x)"],
          "eval"),
+        (["import functools\n(read := functools.partial(eval))\ndef f(x):\n    return read(x)"],
+         "eval"),
         (["def f(x):\n    from ast import literal_eval as le\n    return le(x)"], "literal_eval"),
         (["import builtins\ndef f(x):\n    return getattr(builtins, 'exec')(x)"], "'exec'"),
         (["%timeit 1\n", "import sympy\nf = lambda x: sympy.sympify(x)"], "sympify"),
+        (["%%capture\nimport functools\nread = functools.partial(eval)",
+          "def f(x):\n    return read(x)"], "eval"),
+        (["import builtins\nglobals().update(read=builtins.eval)", "def f(x):\n    return read(x)"],
+         "eval"),
+        (["def f(x):\n    return int(x)", "f.__code__ = (lambda x: eval(x)).__code__"], "eval"),
     ],
 )  # fmt: skip
 def test_judged_apart_the_ban_reads_the_notebooks_source_not_the_kernels_answer(cells, what):
     with pytest.raises(CheckFailed, match="no evaluator on model output") as failed:
         checks.check_no_evaluator(_PatchedKernel(cells), "f")
     assert what in str(failed.value)
-    clean = ["import re\nPATTERN = re.compile(r'[0-9]+')\ndef f(x):\n    return int(x)"]
+    clean = [
+        "import re\nPATTERN = re.compile(r'[0-9]+')",
+        "result = eval('6 * 7')  # a scratch cell the function does not use",
+        "from re import findall, compile\ndef f(x):\n    result = findall(PATTERN, x)\n"
+        "    return int(result[0])",
+    ]
     checks.check_no_evaluator(_PatchedKernel(clean), "f")  # ordinary code passes

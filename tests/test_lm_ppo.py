@@ -174,12 +174,8 @@ def test_the_critic_is_its_own_model(tiny_trainer):
                               value_clip=0.0, value_coef=1.0 if part == "value" else 0.0,
                               loss_type="dapo", max_completion_length=5)  # fmt: skip
         loss.backward()
-        policy = [
-            p.grad.abs().sum().item() for p in trainer.model.parameters() if p.grad is not None
-        ]
-        critic = [
-            p.grad.abs().sum().item() for p in trainer.critic.parameters() if p.grad is not None
-        ]
+        policy = [p.grad.abs().sum().item() for p in trainer.model.parameters() if p.grad is not None]
+        critic = [p.grad.abs().sum().item() for p in trainer.critic.parameters() if p.grad is not None]
         if part == "value":
             assert sum(policy) == 0 and sum(critic) > 0, (sum(policy), sum(critic))
         else:
@@ -191,19 +187,13 @@ def test_the_critic_is_its_own_model(tiny_trainer):
 
 def test_a_step_moves_policy_and_critic_and_logs_the_split(tiny_trainer):
     trainer = tiny_trainer
-    before = [
-        p.detach().clone() for p in (*trainer.model.parameters(), *trainer.critic.parameters())
-    ]
+    before = [p.detach().clone() for p in (*trainer.model.parameters(), *trainer.critic.parameters())]
     rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in (11, 22, 33, 44)]
     record, rollout = trainer.step(rows)
     after = [p.detach() for p in (*trainer.model.parameters(), *trainer.critic.parameters())]
     n_policy = len(list(trainer.model.parameters()))
-    assert any(
-        not torch.equal(a, b) for a, b in zip(before[:n_policy], after[:n_policy], strict=True)
-    )
-    assert any(
-        not torch.equal(a, b) for a, b in zip(before[n_policy:], after[n_policy:], strict=True)
-    )
+    assert any(not torch.equal(a, b) for a, b in zip(before[:n_policy], after[:n_policy], strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(before[n_policy:], after[n_policy:], strict=True))
     assert len(rollout.completions) == 4 and rollout.num_generations == 1
     for key in ("sample_s", "critic_s", "update_s", "value_loss", "explained_variance", "kl"):
         assert key in record and record[key] == record[key], key  # present, not NaN
@@ -212,10 +202,7 @@ def test_a_step_moves_policy_and_critic_and_logs_the_split(tiny_trainer):
 def test_config_rules():
     tiny = LMPPOConfig.for_device("cpu")
     grpo = MathConfig.for_device("cpu")
-    assert (tiny.num_generations, tiny.prompts_per_step) == (
-        1,
-        grpo.prompts_per_step * grpo.num_generations,
-    )
+    assert (tiny.num_generations, tiny.prompts_per_step) == (1, grpo.prompts_per_step * grpo.num_generations)
     assert tiny.to_dict()["algo"] == "ppo"
     assert LMPPOConfig.for_device("cpu", model="smollm2-135m").prompts_per_step == 16  # 2 x 8
     with pytest.raises(ValueError, match="num_generations"):

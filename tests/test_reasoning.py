@@ -127,12 +127,7 @@ def test_think_block_and_steps_by_hand():
     unclosed = "<think>7+5=12 4+8+1=13<answer>632</answer>"
     assert think_block(right) == "7+5=12 4+8+1=13 3+2+1=6"
     assert think_block(direct) is None and think_block(unclosed) is None
-    assert [writes_steps(t) for t in (right, direct, empty, unclosed)] == [
-        True,
-        False,
-        False,
-        False,
-    ]
+    assert [writes_steps(t) for t in (right, direct, empty, unclosed)] == [True, False, False, False]
     assert steps_right(prompt, right) is True
     assert steps_right(prompt, wrong_step) is False and steps_right(prompt, missing_step) is False
     assert steps_right(prompt, direct) is None and steps_right(prompt, empty) is None

@@ -223,9 +223,7 @@ def test_the_loop_is_chosen_only_for_a_model_it_can_drive(tiny):
                                          state_size=4))  # fmt: skip
     others = {"encoder-decoder": t5, "recurrent": mamba, "arguments in **kwargs":
               variant(tiny, hidden), "legacy cache": variant(tiny, legacy)}  # fmt: skip
-    assert {name: uses_sampling_loop(m) for name, m in others.items()} == dict.fromkeys(
-        others, False
-    )
+    assert {name: uses_sampling_loop(m) for name, m in others.items()} == dict.fromkeys(others, False)
     model, was_training = tiny[0], tiny[0].training
     model.train()  # the probe: in eval mode, no random numbers, the mode restored
     state = torch.get_rng_state()
@@ -255,9 +253,7 @@ def test_a_right_padding_tokenizer_still_pads_prompts_on_the_left(tiny):
 
 def test_an_unknown_sampler_is_an_error(tiny):
     model, tokenizer = tiny
-    with pytest.raises(
-        ValueError, match=r"sampler must be one of \('generate', 'loop'\), got 'lop'"
-    ):
+    with pytest.raises(ValueError, match=r"sampler must be one of \('generate', 'loop'\), got 'lop'"):
         sample_completions(model, tokenizer, [{}], ["1+2="], num_generations=2, max_new_tokens=2,
                            sampler="lop")  # fmt: skip
 

@@ -107,10 +107,7 @@ def test_the_site_has_a_page_for_every_notebook_guide_and_reference(site):
     for name in COURSE:
         text = (site / "notebooks" / f"{name}.html").read_text()
         # the notebook's first cell: its Colab link and its run time
-        assert (
-            f"colab.research.google.com/github/grpo-minimal/grpo_minimal/blob/main/notebooks/{name}.ipynb"
-            in text
-        )
+        assert f"colab.research.google.com/github/grpo-minimal/grpo_minimal/blob/main/notebooks/{name}.ipynb" in text
         assert "Runs on" in text, name
     for name in LABS:
         assert (site / "notebooks" / "labs" / f"{name}.html").exists(), name
@@ -176,18 +173,14 @@ def test_pages_load_in_chromium_with_images_and_typeset_math(site):
                 if "$" in source or "\\begin{" in source:
                     # MathJax typesets after load: wait for it, then look for its output
                     try:
-                        page.wait_for_function(
-                            "() => window.MathJax?.startup?.promise", timeout=20_000
-                        )
+                        page.wait_for_function("() => window.MathJax?.startup?.promise", timeout=20_000)
                         page.evaluate("() => MathJax.startup.promise")
                     except PlaywrightTimeout:
                         problems.append(f"{name}: MathJax never started")
                     if page.locator("mjx-container").count() == 0:
                         problems.append(f"{name}: TeX in the source, no typeset math")
                     if page.locator("mjx-merror").count():
-                        problems.append(
-                            f"{name}: a TeX error: {page.locator('mjx-merror').first.inner_text()}"
-                        )
+                        problems.append(f"{name}: a TeX error: {page.locator('mjx-merror').first.inner_text()}")
                 unloaded = page.evaluate("""() => [...document.images]
                     .filter((img) => !img.complete || img.naturalWidth === 0)
                     .map((img) => img.getAttribute('src'))""")

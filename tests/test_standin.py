@@ -71,9 +71,7 @@ def test_gsm8k_prompts_survive_tokenisation(standin, template):
         question = tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
         assert tokenizer.decode(question) == row["prompt"] and " " in row["prompt"]
     assert (R1_SYSTEM_PROMPT in prompts[0]) == (template == "r1")
-    check_prompt_lengths(
-        prompts, tokenizer, model, MathConfig.GPU_DEFAULTS["max_completion_length"]
-    )
+    check_prompt_lengths(prompts, tokenizer, model, MathConfig.GPU_DEFAULTS["max_completion_length"])
 
 
 def test_rewards_read_answers_that_went_through_the_tokenizer(standin):

@@ -151,7 +151,7 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
         ran = run([python, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q",
                    "--durations=0", "--durations-min=5", *parallel, str(alone)],
                   alone, dict(env, GRPO_QUICK="1"))  # fmt: skip
-        print(ran.stdout[ran.stdout.find("slowest") :].strip() if "slowest" in ran.stdout else "")
+        print(ran.stdout[ran.stdout.find("slowest"):].strip() if "slowest" in ran.stdout else "")
 
     # 4. with the labs extra, a solved lab passes its checks, and an instructor's folder (the
     # lab sources copied beside nothing else) builds the lab and grades it full marks

@@ -107,11 +107,8 @@ def run_variant(
         "loss_type": cfg.loss_type,
         "length_penalty": per_token,
         "curves": {key: [_round(r.get(key)) for r in steps] for key in CURVES},
-        "evals": [
-            {"step": r["step"], **{key: _round(r[key]) for key in EVALS}}
-            for r in history
-            if "eval_accuracy" in r
-        ],  # fmt: skip
+        "evals": [{"step": r["step"], **{key: _round(r[key]) for key in EVALS}}
+                  for r in history if "eval_accuracy" in r],  # fmt: skip
         "samples": samples,
     }
 

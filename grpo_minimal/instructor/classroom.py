@@ -33,7 +33,7 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from grpo_minimal.instructor import sandbox
+from grpo_minimal.instructor import cgroups, sandbox
 from grpo_minimal.instructor.feedback import feedback_text
 from grpo_minimal.instructor.feedback import row as make_row
 from grpo_minimal.instructor.grading import (
@@ -76,11 +76,13 @@ class Grader:
     job's number (its user id under root). ``kill`` ends what is in flight (Ctrl-C)."""
 
     def __init__(self, grader_dir: Path, timeout_s: float, slot: int, threads: int | None,
-                 use_sandbox: bool, hidden: list[Path]) -> None:  # fmt: skip
+                 use_sandbox: bool, hidden: list[Path], per_job: bool = False) -> None:  # fmt: skip
         self.grader_dir, self.timeout_s, self.slot = Path(grader_dir), timeout_s, slot
         self.threads, self.use_sandbox, self.hidden = threads, use_sandbox, hidden
+        self.per_job = per_job  # each job in a cgroup of its own (cgroups.py)
         self._process: subprocess.Popen | None = None
         self._killed = False
+        self._out_of_memory = False  # the last job passed its cgroup's memory limit
 
     def grade(self, notebook: Path) -> Graded:
         """Grade ``notebook``; any failure becomes its row's problem. A kernel that did not start
@@ -124,24 +126,27 @@ class Grader:
             return Graded(notebook.name, lab, [], [], f"grading failed: {error}")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+        # a job the kernel stopped at its cgroup's memory limit says so first, whatever it left
+        memory = [JOB_MEMORY_PROBLEM] if self._out_of_memory else []
+
+        def row(problems: list[str], exercises=(), reports=(), errors=()) -> Graded:
+            return Graded(notebook.name, lab, list(exercises), list(reports),
+                          "; ".join([*memory, *problems]) or None, log, list(errors))  # fmt: skip
+
         if outcome.get("timed_out"):
-            return Graded(notebook.name, lab, [], [],
-                          f"stopped after the time limit of {self.timeout_s:g} s (an endless "
-                          "loop?)", log)  # fmt: skip
+            return row([f"stopped after the time limit of {self.timeout_s:g} s (an endless "
+                        "loop?)"])  # fmt: skip
         if "exercises" not in outcome and "error" in outcome and "syntax_errors" not in outcome:
-            return Graded(notebook.name, lab, [], [], f"grading failed: {outcome['error']}", log)
+            return row([f"grading failed: {outcome['error']}"])
         if why := invalid_result(outcome, points):  # nothing from the sandbox is believed unread
-            return Graded(notebook.name, lab, [], [], f"invalid result: {why}", log)
+            return row([f"invalid result: {why}"])
         problems = outcome["syntax_errors"]
         if "exercises" not in outcome:
             error = str(outcome.get("error") or "the grading process ended without a result")
-            return Graded(notebook.name, lab, [], [],
-                          "; ".join([*problems, f"grading failed: {error[:300]}"]), log)  # fmt: skip
+            return row([*problems, f"grading failed: {error[:300]}"])
         exercises = [ExerciseResult(**e) for e in outcome["exercises"]]
         errors = outcome.get("cell_errors", [])
-        problems = [*problems, *limits_reached(errors)]
-        return Graded(notebook.name, lab, exercises, outcome["reports"],
-                      "; ".join(problems) or None, log, errors)  # fmt: skip
+        return row([*problems, *limits_reached(errors)], exercises, outcome["reports"], errors)
 
     def _execute(self, scratch: Path, request: dict) -> tuple[dict, str]:
         """Run the graded process in ``scratch`` on ``request`` (given on its stdin); its outcome
@@ -157,6 +162,7 @@ class Grader:
             env |= {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         # -P: the scratch folder stays off sys.path (what it imports is the package's)
         argv = [sys.executable, "-P", "-m", "grpo_minimal.instructor.grading"]
+        self._out_of_memory = False
         if self.use_sandbox:
             argv = sandbox.command(argv, scratch, self.hidden, sandbox.readable_folders(), env,
                                    self.slot)  # fmt: skip
@@ -165,10 +171,23 @@ class Grader:
         with tempfile.TemporaryFile() as log:
             if self._killed:
                 return {"error": "grading was interrupted"}, ""
-            self._process = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                env=env, cwd=scratch, start_new_session=True,
-            )  # fmt: skip
+            group = None
+            if self.per_job:  # every process of the job in one cgroup, made for it alone
+                limits = sandbox.Limits()
+                group = cgroups.JobGroup(f"{cgroups.GROUP_PREFIX}{os.getpid()}-{self.slot}",
+                                         int(limits.job_memory_gib * 2**30), limits.processes)  # fmt: skip
+            try:
+                if group is not None:
+                    group.create()
+                    argv = group.wrap(argv)
+                self._process = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                    env=env, cwd=scratch, start_new_session=True,
+                )  # fmt: skip
+            except OSError:
+                if group is not None:
+                    group.remove()
+                raise
             try:
                 key = secrets.token_bytes(32)  # signs the one result this job believes
                 out = _bounded_exchange(self._process, json.dumps(
@@ -183,6 +202,9 @@ class Grader:
                 outcome = {"timed_out": True}
             finally:
                 self._end()
+                if group is not None:  # nothing of the job outlives it, its group neither
+                    self._out_of_memory = group.out_of_memory()
+                    group.remove()
             log.seek(0)
             text = log.read(1 << 20).decode(errors="replace")
         if self._killed:
@@ -228,6 +250,9 @@ def limits_reached(cell_errors: list[dict]) -> list[str]:
              if any(sign in error["error"] for error in cell_errors)]  # fmt: skip
     return list(dict.fromkeys(found))
 
+
+JOB_MEMORY_PROBLEM = (f"memory limit: the job's processes and files in memory passed "
+                      f"{sandbox.Limits().job_memory_gib:g} GiB together")  # fmt: skip
 
 MAX_RESULT_BYTES = 1 << 20
 """The most a graded process may write as its result (one JSON line); more is read no further."""
@@ -386,7 +411,8 @@ def grade_folder(
     slots: list[tuple[int, object | None]] = []
     for _ in range(min(jobs, len(notebooks))):  # job numbers no other grading uses now
         slots.append(sandbox.claim_slot({slot for slot, _ in slots}))
-    graders = [Grader(grader_dir, timeout_s, slot, threads, use_sandbox, hidden)
+    per_job = use_sandbox and cgroups.available() is None
+    graders = [Grader(grader_dir, timeout_s, slot, threads, use_sandbox, hidden, per_job)
                for slot, _ in slots]  # fmt: skip
     free = list(graders)
     lock = threading.Lock()

@@ -54,6 +54,7 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
         raise ValueError(f"--timeout: {args.timeout} s; give a positive number of seconds")
     if args.jobs < 1:
         raise ValueError(f"--jobs: {args.jobs}; give a whole number >= 1")
+    from . import cgroups
     from .sandbox import missing_tools, probe
 
     if not args.no_sandbox and (missing := missing_tools()):
@@ -67,17 +68,19 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
             f"--no-sandbox: the bubblewrap sandbox does not start here ({why}); without one, "
             "--no-sandbox grades trusting every submission (instructor guide, 'Grading')"
         )
-    if not args.no_sandbox:  # what the sandbox does not bound, said before grading starts
-        print(PER_PROCESS_LIMITS, file=sys.stderr)
+    if not args.no_sandbox and (why := cgroups.available()):  # said before grading starts
+        print(per_process_limits(why), file=sys.stderr)
     return folder
 
 
-PER_PROCESS_LIMITS = (
-    "lab grade: a job's scratch, /tmp and /dev/shm are bounded per job, its memory only per "
-    "process (prlimit): memory shared between its processes and its CPU share are not bounded "
-    "(no cgroup is set up); grade a class you do not trust inside a VM or container with limits "
-    "of its own (instructor guide, 'Grading')"
-)
+def per_process_limits(why: str) -> str:
+    """The line ``lab grade`` prints where no job can have a cgroup of its own (``why``)."""
+    return (
+        f"lab grade: no cgroup per job here ({why}): a job's scratch, /tmp and /dev/shm are "
+        "bounded, its memory only per process (prlimit), so memory shared between its processes "
+        "and its CPU share are not; grade a class you do not trust as root, or inside a VM or "
+        "container with limits of its own (instructor guide, 'Grading')"
+    )
 
 
 def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:

@@ -134,13 +134,18 @@ def decode(value: Any) -> Any:
 
 MAX_EXCHANGE_BYTES = 512 * 2**20
 """The largest file the judge reads from the kernel (a lab 06 model's weights are a few MB)."""
+MAX_HEADER_BYTES = 16 * 2**20
+"""The largest header (the JSON of everything but the tensors) the judge parses."""
+MAX_DEPTH = 64
+"""How deep an answer may nest (the kernel's encoder stops at 30)."""
 
 
 def read_exchange(path: Path) -> Any:
     """What the kernel wrote at ``path`` (``kernel_code.__grpo_write__``): the tensors of a
     safetensors file put back into the JSON structure of its metadata. Read only from a regular
-    file (never through a symbolic link, never a FIFO) of at most ``MAX_EXCHANGE_BYTES``;
-    anything else raises ``ValueError``."""
+    file (not through a symbolic link at ``path``, not a FIFO) of at most ``MAX_EXCHANGE_BYTES``,
+    its header at most ``MAX_HEADER_BYTES`` and nested at most ``MAX_DEPTH`` deep; anything else
+    raises ``ValueError``."""
     import json
     import os
     import stat
@@ -154,23 +159,31 @@ def read_exchange(path: Path) -> Any:
             raise ValueError("not a regular file of the exchange's size")
         data = handle.read(MAX_EXCHANGE_BYTES + 1)
     size = int.from_bytes(data[:8], "little")
-    structure = json.loads(json.loads(data[8 : 8 + size])["__metadata__"]["structure"])
-    tensors = load(data)
+    if size > MAX_HEADER_BYTES:
+        raise ValueError(f"a header of {size} bytes")
+    try:
+        structure = json.loads(json.loads(data[8 : 8 + size])["__metadata__"]["structure"])
+        tensors = load(data)
+    except Exception as error:  # not JSON, no metadata, not safetensors: not the kernel's code
+        raise ValueError(f"not an answer of the kernel's code ({type(error).__name__})") from None
 
-    def restore(value: Any) -> Any:
+    def restore(value: Any, depth: int = 0) -> Any:
+        """The JSON value with its tagged tensors, tuples and int-keyed dicts rebuilt."""
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested more than {MAX_DEPTH} deep")
         if isinstance(value, list):
-            return [restore(v) for v in value]
+            return [restore(v, depth + 1) for v in value]
         if not isinstance(value, dict):
             return value
         tag = value.get("__grpo__")
         if tag == "tensor" and isinstance(value.get("key"), str) and value["key"] in tensors:
             return tensors[value["key"]]
         if tag == "tuple" and isinstance(value.get("items"), list):
-            return tuple(restore(v) for v in value["items"])
+            return tuple(restore(v, depth + 1) for v in value["items"])
         if tag == "pairs" and isinstance(value.get("items"), list):
             pairs = [p for p in value["items"] if isinstance(p, list) and len(p) == 2]
-            return {k: restore(v) for k, v in pairs if isinstance(k, str | int)}
-        return {k: restore(v) for k, v in value.items()}
+            return {k: restore(v, depth + 1) for k, v in pairs if isinstance(k, str | int)}
+        return {k: restore(v, depth + 1) for k, v in value.items()}
 
     return restore(structure)
 
@@ -237,8 +250,9 @@ class Kernel:
         return {"__grpo_instrument__": (str(self.folder), key, type(value).__name__, methods)}
 
     def _serve(self, request: Path) -> None:
-        """Answer one call of an instrument: its arguments are data (``weights_only``), the
-        method one its class allows; what it returns or raises goes back to the kernel."""
+        """Answer one call of an instrument: its arguments are data (``read_exchange``), the
+        method one its class allows; what it returns or raises goes back to the kernel. A file
+        the kernel put in the way (a folder named as a request or an answer) fails that call."""
         try:
             call = read_exchange(request)
             target = self.instruments[str(call["key"])]
@@ -249,9 +263,9 @@ class Kernel:
             answer = {"ok": getattr(target, method)(*args, **dict(kwargs))}
         except Exception as error:  # the learner's call was wrong: they see why
             answer = {"raised": (type(error).__name__, str(error)[:500])}
-        request.unlink(missing_ok=True)
         reply = request.with_suffix(".answer")
-        with contextlib.suppress(OSError):  # a file the kernel planted there: its call fails
+        with contextlib.suppress(Exception):  # a file the kernel planted there: its call fails
+            request.unlink(missing_ok=True)
             reply.with_suffix(".tmp").unlink(missing_ok=True)
             _write_new(reply.with_suffix(".tmp"), answer)
             reply.with_suffix(".tmp").rename(reply)
@@ -304,9 +318,9 @@ class Kernel:
     def ask(self, request: dict) -> dict:
         if not self.alive:
             raise KernelGone("the notebook's kernel has stopped")
-        self._answer.unlink(missing_ok=True)
-        self._request.unlink(missing_ok=True)
         try:
+            self._answer.unlink(missing_ok=True)
+            self._request.unlink(missing_ok=True)
             _write_new(self._request, request)
         except OSError as error:  # the kernel put something there first
             raise KernelGone(f"the request could not be written ({error.strerror})") from None

@@ -7,7 +7,8 @@ and the package with its shipped data. Nothing else of the machine is there: no 
 folders; the instructor's folders that lie inside a bound one (a class folder in a checkout) are
 emptied. Its only writable places are three memory file systems of a fixed size each, which end
 with it: its scratch folder (where its copy of the notebook is bound in read-only), ``/tmp`` and
-``/dev/shm``. Filling one fills that job's own; nothing it writes reaches the instructor's disk.
+``/dev/shm`` (its own root, ``/dev`` and every emptied folder are read-only). Filling one fills
+that job's own; nothing it writes reaches the instructor's disk.
 It has no network (a loopback of its own, for the kernel's sockets), no view of other processes
 (a process-id namespace of its own), a bare environment, and limits on processes, memory and file
 size. Every process it starts lives in its process-id namespace, so all of them end when the
@@ -20,8 +21,8 @@ fork bomb, held at the process limit, cannot starve the other job's kernel. Run 
 bwrap's user namespace does that, the process limit counts that namespace's processes alone, and
 no user namespace can be made inside it (``--disable-userns``). An ordinary user's supplementary
 groups cannot be dropped without privileges (the kernel keeps granting their rights inside the
-namespace), so every file of the allow-list that one of those groups alone may read is covered
-(``group_only_files``).
+namespace), so every file or folder of the allow-list that one of those groups alone may read or
+enter is covered (``group_only_files``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Limits:
     memory_gib: float = 8.0  # RLIMIT_DATA: heap and private mappings, not the mapped files
     file_gib: float = 1.0  # the largest file it may write
     disk_gib: float = 1.0  # the size of each of its memory file systems: scratch, /tmp, /dev/shm
+    job_memory_gib: float = 8.0  # all its processes and memory file systems (a cgroup, as root)
 
 
 def missing_tools() -> list[str]:
@@ -181,18 +183,23 @@ def _bind(path: Path, bound: list[Path], made: set[Path], flag: str) -> list[str
 
 
 def group_only_files(roots: list[Path], groups: set[int]) -> list[Path]:
-    """What under ``roots`` one of ``groups`` may read and others may not (``/etc/shadow`` for
-    the shadow group, a key in ``/etc/ssl/private`` for ssl-cert): the files and folders an
-    ordinary user's supplementary groups would open inside the sandbox. Symbolic links are not
-    followed (what they name is bound or not on its own). Looked for once per grading run
-    (about a second for /usr's 140,000 entries)."""
+    """What below ``roots`` one of ``groups`` may read or enter and others may not
+    (``/etc/shadow`` for the shadow group, the 0710 ``/etc/ssl/private`` for ssl-cert): the files
+    and folders an ordinary user's supplementary groups would open inside the sandbox. A root
+    itself is never one (what is bound in must stay there); symbolic links are not followed
+    (what they name is bound or not on its own). Looked for once per grading run: 0.9 s for
+    /usr's 140,530 entries on the course's 2-core machine."""
     return list(_group_only(tuple(Path(root) for root in roots), frozenset(groups)))
 
 
 @functools.lru_cache(maxsize=8)
 def _group_only(roots: tuple[Path, ...], groups: frozenset[int]) -> tuple[Path, ...]:
+    """``group_only_files``, walked once for each set of roots and groups."""
     found: list[Path] = []
-    pending = list(roots)
+    pending: list[Path] = []
+    for root in roots:
+        with contextlib.suppress(OSError):
+            pending.extend(root.iterdir())
     while pending:
         path = pending.pop()
         try:
@@ -201,16 +208,13 @@ def _group_only(roots: tuple[Path, ...], groups: frozenset[int]) -> tuple[Path, 
             continue
         if stat.S_ISLNK(info.st_mode):
             continue
-        if (
-            not info.st_mode & stat.S_IROTH
-            and info.st_mode & stat.S_IRGRP
-            and info.st_gid in groups
-        ):
+        group_only = (info.st_mode >> 3) & ~info.st_mode & 0o5  # read or enter, others may not
+        if group_only and info.st_gid in groups:
             found.append(path)  # covered whole: nothing below it needs looking at
             continue
         if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IXOTH:
             with contextlib.suppress(OSError):
-                pending.extend(entry for entry in path.iterdir())
+                pending.extend(path.iterdir())
     return tuple(sorted(found))
 
 
@@ -254,22 +258,36 @@ def command(
     args += [*_parents(scratch, bound, made), "--size", size, "--perms", "1777", "--tmpfs",
              str(scratch)]  # fmt: skip
     for entry in sorted(scratch.iterdir()):  # what grading put there: read-only
-        if entry.is_dir() and not entry.is_symlink():
+        if entry.is_dir() and not entry.is_symlink() and not any(entry.iterdir()):
             args += ["--perms", "1777", "--dir", str(entry)]
         elif entry.is_file() and not entry.is_symlink():
             args += ["--ro-bind", str(entry), str(entry)]
+        else:  # nothing grading makes: never dropped silently
+            raise ValueError(f"{entry}: the scratch holds only files and empty folders")
     args += ["--chdir", str(scratch)]
+    covers = [folder for folder in hidden if folder.is_dir()
+              and any(_within(folder, r) and folder != r for r in readable)]  # fmt: skip
     uid = job_uid(slot)
     if uid is None:  # an unprivileged bwrap: a user namespace of its own, and none inside it
         args += ["--unshare-all", "--unshare-user", "--disable-userns"]
         groups = supplementary_groups() if groups is None else set(groups)
-        if groups:  # their rights cannot be dropped here: what they alone may read is covered
-            for path in group_only_files([Path(p) for p in ("/etc", "/usr")] + readable, groups):
-                args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null",
-                                                                       str(path)]  # fmt: skip
+        if groups:  # their rights cannot be dropped here: what they alone may open is covered
+            roots = [Path(p) for p in ("/etc", "/usr")] + readable
+            for path in group_only_files(roots, groups):
+                if any(_within(path, folder) for folder in covers):
+                    continue  # emptied already
+                if path.is_dir():
+                    args += ["--tmpfs", str(path)]
+                    covers.append(path)
+                else:
+                    args += ["--ro-bind", "/dev/null", str(path)]
     else:  # root: every namespace but the user's, then a user id of the job's own (setpriv)
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                  "--unshare-cgroup-try"]  # fmt: skip
+    # read-only: the sandbox's own root and /dev, and every emptied folder (memory file systems
+    # of half the machine's memory each); only the scratch, /tmp and /dev/shm stay writable
+    for place in ["/", "/dev", *map(str, covers)]:
+        args += ["--remount-ro", place]
     args += ["--die-with-parent", "--new-session", "--clearenv"]
     for key, value in sorted(env.items()):
         args += ["--setenv", key, value]

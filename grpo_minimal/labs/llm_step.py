@@ -926,20 +926,12 @@ def _step_case(name: str, part: str, settings: dict, hint: str = "",
                setup: StepSetup = PUBLIC_SETUP) -> Case:  # fmt: skip
     """A step case; a twin's name ends with its problems (the public cases' are STEP_ROWS)."""
     text = ", ".join(f"{k}={v!r}" for k, v in settings.items() if k not in CASE_ONLY_SETTINGS)
-    text = (
-        (text or "the lab's defaults")
-        + (
-            f"; every parameter's .grad holds {STALE_GRADIENT} when the step starts (an earlier "
-            "backward's)"
-            if settings.get(STALE_GRADIENTS)
-            else ""
-        )
-        + (
-            f"; self.optimizer is torch.optim.SGD(lr={SGD_RATE:g})"
-            if settings.get(PLAIN_SGD)
-            else ""
-        )
-    )
+    text = (text or "the lab's defaults") + (
+        f"; every parameter's .grad holds {STALE_GRADIENT} when the step starts (an earlier "
+        "backward's)"
+        if settings.get(STALE_GRADIENTS)
+        else ""
+    ) + (f"; self.optimizer is torch.optim.SGD(lr={SGD_RATE:g})" if settings.get(PLAIN_SGD) else "")
     prompts = [prompt for prompt, _ in setup.rows]
     where = "" if setup == PUBLIC_SETUP else f", problems {' '.join(prompts)}"
     return Case(

@@ -154,92 +154,143 @@ def _forbidden_call_of_a_function(fn: Callable, fn_name: str) -> tuple[str, str]
     return forbidden_call(fn) if isinstance(fn, types.FunctionType) else None
 
 
-def _defined_names(statement: ast.stmt) -> set[str]:
-    """The names a top-level statement binds or changes: a def, a class, an import, an
-    assignment's targets (``f.__code__ = ...`` changes ``f``)."""
+EVALUATOR_IMPORTS = {"builtins": {"eval", "exec", "compile", "__import__"},
+                     "ast": {"literal_eval"}, "sympy": {"sympify", "parse_expr"},
+                     "sympy.parsing.sympy_parser": {"parse_expr", "sympify"}}  # fmt: skip
+"""Where an evaluator is imported from by name (``from ast import literal_eval``); ``from re
+import compile`` is not one, though using the name ``compile`` is, as in the bytecode scan."""
+
+
+def _bound_names(statement: ast.stmt) -> set[str]:
+    """The module-level names a top-level statement binds or changes: a def or class, an
+    import, any name it stores to (an assignment, ``for``, ``with ... as``, ``:=``), and the
+    object an attribute or item assignment changes (``f.__code__ = ...`` changes ``f``)."""
     if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return {statement.name}
     if isinstance(statement, ast.Import | ast.ImportFrom):
         return {(alias.asname or alias.name).split(".")[0] for alias in statement.names}
-    targets = []
-    if isinstance(statement, ast.Assign):
-        targets = statement.targets
-    elif isinstance(statement, ast.AnnAssign | ast.AugAssign):
-        targets = [statement.target]
     names = set()
-    for target in targets:
-        for node in ast.walk(target):
-            if isinstance(node, ast.Name):
-                names.add(node.id)
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute | ast.Subscript) and isinstance(
+            node.ctx, ast.Store | ast.Del
+        ):  # fmt: skip
+            base = node
+            while isinstance(base, ast.Attribute | ast.Subscript):
+                base = base.value
+            if isinstance(base, ast.Name):
+                names.add(base.id)
     return names
 
 
-def _top_level(statements: list[ast.stmt]) -> list[ast.stmt]:
-    """A cell's top-level statements, those inside a top-level if / try / with / for too."""
-    found = []
-    for statement in statements:
-        if isinstance(statement, ast.If | ast.Try | ast.With | ast.For | ast.While):
-            for block in ("body", "orelse", "finalbody"):
-                found += _top_level(getattr(statement, block, []))
-            for handler in getattr(statement, "handlers", []):
-                found += _top_level(handler.body)
-        else:
-            found.append(statement)
-    return found
+def _global_uses(statement: ast.stmt) -> set[str]:
+    """The module-level names a top-level statement reads: of a function or class, only the
+    names its scopes take from the module (``symtable``), not its locals."""
+    if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
+    import symtable
+
+    try:
+        tables = [symtable.symtable(ast.unparse(statement), "cell", "exec")]
+    except (SyntaxError, ValueError, RecursionError):
+        return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
+    names: set[str] = set()
+    while tables:
+        table = tables.pop()
+        tables.extend(table.get_children())
+        if table.get_type() == "module":
+            continue
+        names |= {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()}
+    names |= {
+        n.id for d in statement.decorator_list for n in ast.walk(d) if isinstance(n, ast.Name)
+    }
+    return names
 
 
 def _forbidden_in(node: ast.AST) -> str | None:
+    """The first evaluator a statement names: a name, an attribute, an import or a string."""
     for inner in ast.walk(node):
         if isinstance(inner, ast.Name) and inner.id in FORBIDDEN_NAMES:
             return inner.id
         if isinstance(inner, ast.Attribute) and inner.attr in FORBIDDEN_ATTRIBUTES:
             return inner.attr
-        if isinstance(inner, ast.alias) and inner.name.rsplit(".", 1)[-1] in FORBIDDEN_NAMES:
-            return inner.name
+        if isinstance(inner, ast.ImportFrom) and inner.module in EVALUATOR_IMPORTS:
+            for alias in inner.names:
+                if alias.name in EVALUATOR_IMPORTS[inner.module]:
+                    return f"{inner.module}.{alias.name}"
         if isinstance(inner, ast.Constant) and inner.value in FORBIDDEN_NAMES:
             return f"{inner.value!r} (a string, e.g. for getattr)"
     return None
 
 
-def forbidden_in_source(cells: Sequence[str], fn_name: str) -> tuple[str, str] | None:
-    """The first evaluator that ``fn_name`` or what it uses names in a notebook's code: (what,
-    where), read from the source's syntax tree (nothing run). From the statements that define
-    or change ``fn_name``, every top-level name they use is followed to the statements that
-    define it: ``read = functools.partial(eval)`` is found through ``read``, which the bytecode
-    scan of the function alone does not follow. A global or imported name (``eval``, ``from
-    ast import literal_eval``), an attribute (``builtins.eval``) or a string (``getattr(builtins,
-    "eval")``) counts. A function the source does not define by name (made by ``exec``, say)
-    has the whole notebook scanned. A cell that does not parse is skipped (its syntax error is
-    reported apart)."""
+def _statements(cells: Sequence[str]) -> list[ast.stmt]:
+    """Every top-level statement of the cells (those inside a top-level if / try / with / for
+    too, and a cell magic's Python body), IPython's syntax turned into Python's first."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     transform = TransformerManager().transform_cell
+
+    def flat(body: list[ast.stmt]) -> list[ast.stmt]:
+        found = []
+        for statement in body:
+            found.append(statement)
+            for block in ("body", "orelse", "finalbody"):
+                if isinstance(statement, ast.If | ast.Try | ast.With | ast.For | ast.While):
+                    found += flat(getattr(statement, block, []))
+            for handler in getattr(statement, "handlers", []):
+                found += flat(handler.body)
+        return found
+
     statements: list[ast.stmt] = []
-    for source in cells:
+    pending = [str(source) for source in cells]
+    while pending:
         try:
-            statements += _top_level(ast.parse(transform(source)).body)
+            tree = ast.parse(transform(pending.pop(0)))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-    defining: dict[str, list[ast.stmt]] = {}
+            continue  # its syntax error is reported apart
+        statements += flat(tree.body)
+        for node in ast.walk(tree):  # %%capture, %%time, ...: their body is Python too
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "run_cell_magic" and len(node.args) == 3
+                    and isinstance(node.args[2], ast.Constant)):  # fmt: skip
+                pending.append(str(node.args[2].value))
+    return statements
+
+
+def forbidden_in_source(cells: Sequence[str], fn_name: str) -> tuple[str, str] | None:
+    """The first evaluator that ``fn_name`` or what it uses names in a notebook's code: (what,
+    where), read from the source's syntax tree (nothing run). From the statements that bind or
+    change ``fn_name``, every module-level name they read is followed to the statements that
+    bind it: ``read = functools.partial(eval)`` is found through ``read``, which the bytecode
+    scan of the function alone does not follow. A global or imported name (``eval``, ``from
+    ast import literal_eval``), an attribute (``builtins.eval``) or a string (``getattr(builtins,
+    "eval")``) counts. Where a name read is bound by nothing the scan understands (and is no
+    built-in: ``exec`` or ``globals().update`` made it), the whole notebook is scanned."""
+    statements = _statements(cells)
+    binding: dict[str, list[ast.stmt]] = {}
     for statement in statements:
-        for name in _defined_names(statement):
-            defining.setdefault(name, []).append(statement)
-    if fn_name not in defining:
-        reachable = statements
-    else:
-        reachable, pending, seen = [], [fn_name], set()
-        while pending:
-            name = pending.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            for statement in defining.get(name, []):
-                if statement not in reachable:
-                    reachable.append(statement)
-                    pending += [n.id for n in ast.walk(statement) if isinstance(n, ast.Name)]
+        for name in _bound_names(statement):
+            binding.setdefault(name, []).append(statement)
+    reachable: list[ast.stmt] = []
+    pending, seen = [fn_name], set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name not in binding:
+            if not hasattr(builtins, name):
+                reachable = statements  # bound where the scan cannot see: read everything
+                break
+            continue
+        for statement in binding[name]:
+            if statement not in reachable:
+                reachable.append(statement)
+                pending += _global_uses(statement)
     for statement in reachable:
         if (what := _forbidden_in(statement)) is not None:
-            where = sorted(_defined_names(statement)) or ["a statement"]
+            where = sorted(_bound_names(statement)) or ["a statement"]
             return what, ", ".join(where)
     return None
 
