@@ -4,9 +4,10 @@
 
 Each round runs the crowd (8 processes that spin for 10 s) and, half a second later, the lone
 process (it spins for 10 s too), then reads the CPU seconds the lone process got. Without
-groups the scheduler shares the cores per process (the lone one gets about 2/9 of 2 cores);
-with each job in a group of its own (``cgroups.JobGroup``, equal ``cpu.shares``) the lone job
-gets half the machine, which is all one process can use on 2 cores. Rounds alternate, so a
+groups the scheduler shares the cores per process (9 processes on 2 cores: the lone one gets
+2/9 of a core, then its last half second alone); with each job in a group of its own
+(``cgroups.JobGroup``, equal ``cpu.shares``) the lone job gets half the machine, which is all
+one process can use on 2 cores. Rounds alternate, so a
 machine that grows busier hurts both alike. Writes ``bench/results/cpu_share.json``.
 """
 

@@ -95,7 +95,7 @@ def test_a_lora_step_matches_trl(tiny, tmp_path):
     TRL's model from the padding. Equal in exact arithmetic (rotary attention sees only relative
     positions), but Qwen2 computes its rotary tables in float32 even in a float64 model
     (``numerics.assert_close_float64``), and with two padded positions the adapters' gradients
-    differed by 5e-5 of their scale (2e-7 unpadded), above the float64 bound."""
+    differed by 5e-5 of their scale, above the float64 bound (unpadded: 2e-7, below it)."""
     pytest.importorskip("trl")
     from grpo_minimal.trl_bridge import make_trl_trainer
 
