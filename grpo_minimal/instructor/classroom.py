@@ -173,9 +173,8 @@ class Grader:
                 return {"error": "grading was interrupted"}, ""
             group = None
             if self.per_job:  # every process of the job in one cgroup, made for it alone
-                limits = sandbox.Limits()
                 group = cgroups.JobGroup(f"{cgroups.GROUP_PREFIX}{os.getpid()}-{self.slot}",
-                                         int(limits.job_memory_gib * 2**30), limits.processes)  # fmt: skip
+                                         int(LIMITS.job_memory_gib * 2**30), LIMITS.processes)  # fmt: skip
             try:
                 if group is not None:
                     group.create()
@@ -229,13 +228,13 @@ class Grader:
         self._end()
 
 
-_MEMORY = (
-    f"memory limit: a cell ran out of the {sandbox.Limits().memory_gib:g} GiB a process may hold"
-)
+LIMITS = sandbox.Limits()
+"""The sandbox's limits every job is graded under (its rows name them)."""
+_MEMORY = f"memory limit: a cell ran out of the {LIMITS.memory_gib:g} GiB a process may hold"
 LIMIT_SIGNS = {
     "No space left on device": "disk limit: a cell filled one of the job's places to write "
-    f"(scratch, /tmp, /dev/shm: {sandbox.Limits().disk_gib:g} GiB each)",
-    "File too large": f"file limit: a cell wrote past {sandbox.Limits().file_gib:g} GiB in one file",
+    f"(scratch, /tmp, /dev/shm: {LIMITS.disk_gib:g} GiB each)",
+    "File too large": f"file limit: a cell wrote past {LIMITS.file_gib:g} GiB in one file",
     "MemoryError": _MEMORY,
     "Cannot allocate memory": _MEMORY,
 }
@@ -252,7 +251,7 @@ def limits_reached(cell_errors: list[dict]) -> list[str]:
 
 
 JOB_MEMORY_PROBLEM = (f"memory limit: the job's processes and files in memory passed "
-                      f"{sandbox.Limits().job_memory_gib:g} GiB together")  # fmt: skip
+                      f"{LIMITS.job_memory_gib:g} GiB together")  # fmt: skip
 
 MAX_RESULT_BYTES = 1 << 20
 """The most a graded process may write as its result (one JSON line); more is read no further."""

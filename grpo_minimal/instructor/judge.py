@@ -8,8 +8,9 @@ the same user, cannot open its memory or its file descriptors). A check calls th
 function through a ``RemoteFunction``: the arguments go to the kernel, the learner's function
 runs there, and what it returned comes back as data (tensors, numbers, strings, lists, dicts):
 a safetensors file whose metadata holds the rest as JSON (``read_exchange``), so the judge
-unpickles nothing the kernel wrote. Expected values, comparisons and points stay in the judge. Whatever the kernel sends back is the
-learner's answer: a right answer scores, anything else does not.
+unpickles nothing the kernel wrote. Expected values, comparisons and points stay in the judge.
+Whatever the kernel sends back is the learner's answer: a right answer scores, anything else
+does not.
 
 What a check measures about the learner's code rather than receives from it (how many times it
 called ``generate`` or ``self.sample``, which completions it scored) is measured here: such an

@@ -252,9 +252,11 @@ def command(
     for path in readable:
         if path.exists() and not any(_within(path, b) for b in bound):
             args += _bind(path, bound, made, "--ro-bind")
-    for folder in hidden:  # an instructor's folder inside a folder bound in is emptied
-        if folder.is_dir() and any(_within(folder, r) and folder != r for r in readable):
-            args += ["--tmpfs", str(folder)]
+    # an instructor's folder inside a folder bound in is emptied
+    covers = [folder for folder in hidden if folder.is_dir()
+              and any(_within(folder, r) and folder != r for r in readable)]  # fmt: skip
+    for folder in covers:
+        args += ["--tmpfs", str(folder)]
     args += [*_parents(scratch, bound, made), "--size", size, "--perms", "1777", "--tmpfs",
              str(scratch)]  # fmt: skip
     for entry in sorted(scratch.iterdir()):  # what grading put there: read-only
@@ -265,8 +267,6 @@ def command(
         else:  # nothing grading makes: never dropped silently
             raise ValueError(f"{entry}: the scratch holds only files and empty folders")
     args += ["--chdir", str(scratch)]
-    covers = [folder for folder in hidden if folder.is_dir()
-              and any(_within(folder, r) and folder != r for r in readable)]  # fmt: skip
     uid = job_uid(slot)
     if uid is None:  # an unprivileged bwrap: a user namespace of its own, and none inside it
         args += ["--unshare-all", "--unshare-user", "--disable-userns"]

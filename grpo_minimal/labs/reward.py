@@ -171,11 +171,11 @@ def _bound_names(statement: ast.stmt) -> set[str]:
         return {(alias.asname or alias.name).split(".")[0] for alias in statement.names}
     names = set()
     for node in ast.walk(statement):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+        if not isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
+            continue  # read, not written
+        if isinstance(node, ast.Name):
             names.add(node.id)
-        elif isinstance(node, ast.Attribute | ast.Subscript) and isinstance(
-            node.ctx, ast.Store | ast.Del
-        ):  # fmt: skip
+        elif isinstance(node, ast.Attribute | ast.Subscript):
             base = node
             while isinstance(base, ast.Attribute | ast.Subscript):
                 base = base.value
@@ -188,13 +188,13 @@ def _global_uses(statement: ast.stmt) -> set[str]:
     """The module-level names a top-level statement reads: of a function or class, only the
     names its scopes take from the module (``symtable``), not its locals."""
     if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
+        return _names_in(statement)
     import symtable
 
     try:
         tables = [symtable.symtable(ast.unparse(statement), "cell", "exec")]
     except (SyntaxError, ValueError, RecursionError):
-        return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
+        return _names_in(statement)
     names: set[str] = set()
     while tables:
         table = tables.pop()
@@ -202,10 +202,14 @@ def _global_uses(statement: ast.stmt) -> set[str]:
         if table.get_type() == "module":
             continue
         names |= {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()}
-    names |= {
-        n.id for d in statement.decorator_list for n in ast.walk(d) if isinstance(n, ast.Name)
-    }
+    for decorator in statement.decorator_list:
+        names |= _names_in(decorator)
     return names
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    """Every name written anywhere in ``node``."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 def _forbidden_in(node: ast.AST) -> str | None:
@@ -235,8 +239,8 @@ def _statements(cells: Sequence[str]) -> list[ast.stmt]:
         found = []
         for statement in body:
             found.append(statement)
-            for block in ("body", "orelse", "finalbody"):
-                if isinstance(statement, ast.If | ast.Try | ast.With | ast.For | ast.While):
+            if isinstance(statement, ast.If | ast.Try | ast.With | ast.For | ast.While):
+                for block in ("body", "orelse", "finalbody"):
                     found += flat(getattr(statement, block, []))
             for handler in getattr(statement, "handlers", []):
                 found += flat(handler.body)
