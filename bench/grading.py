@@ -9,7 +9,8 @@ notebook), **wrong** (the student notebook as handed out: every exercise unanswe
 (a truncated file), **hostile** (the solution, after a first cell that starts a process in a
 new session, forks once more, and tries to delete the class folder and rewrite the graders) and
 **tampering** (the unanswered notebook, after a first cell that replaces every check of the
-labs, the checks' ``run_cases`` and otter's scoring in its kernel).
+labs, the checks' ``run_cases`` and otter's scoring in its kernel, and makes labs 05 and 06's
+measuring helpers measure the package's functions instead of the learner's).
 
 The script checks every row (right: full points; wrong: 0 of the lab's points; malformed: a row
 with its problem; hostile: full points and nothing harmed; tampering: 0 points, every lab's
@@ -69,6 +70,16 @@ def _hostile_cell(folder: Path, grader: Path) -> dict:
 
 
 TAMPERING = (
+    "import grpo_minimal.labs.bugs as _bugs, grpo_minimal.labs.llm_step as _steps\n"
+    "from grpo_minimal.lm_grpo import LMGRPOTrainer as _Trainer, completion_logps as _logps\n"
+    "_bound, _applied = _bugs._bound_call, _bugs._bound_apply\n"  # measure the package's own
+    "_bugs._bound_call = lambda fn, name, *a, **k: _bound(\n"
+    "    _bugs.REFERENCE_TRAINER[name], name, *a, **k)\n"
+    "_bugs._bound_apply = lambda fn, name, helper, *a, **k: _applied(\n"
+    "    _bugs.REFERENCE_TRAINER[name], name, helper, *a, **k)\n"
+    "_step, _noting = _steps._step_and_measure, _steps._called_noting_gradient\n"
+    "_steps._step_and_measure = lambda step, *a: _step(_Trainer.step, *a)\n"
+    "_steps._called_noting_gradient = lambda fn, *a: _noting(_logps, *a)\n"
     "import importlib, pkgutil\n"
     "import grpo_minimal.labs as labs, grpo_minimal.labs.checking as checking\n"
     "for info in pkgutil.iter_modules(labs.__path__):\n"

@@ -88,8 +88,16 @@ MISTAKES_06 = {  # instruments that stay in the judge: the sampler counts the st
     "    return package(model, rollout, 1.0, with_entropy, share_prompts)",
     2: STEP_TWICE,
 }
-TAMPERING_05 = (  # lab 05's instruments forged in the kernel, then its checks and otter's scoring
+PATCHED_HELPERS_05 = (  # lab 05's measuring helpers made to measure the reference trainer
     "import grpo_minimal.labs.bugs as bug_checks\n"
+    "_bound, _applied = bug_checks._bound_call, bug_checks._bound_apply\n"
+    "bug_checks._bound_call = lambda fn, name, *a, **k: _bound(\n"
+    "    bug_checks.REFERENCE_TRAINER[name], name, *a, **k)\n"
+    "bug_checks._bound_apply = lambda fn, name, helper, *a, **k: _applied(\n"
+    "    bug_checks.REFERENCE_TRAINER[name], name, helper, *a, **k)\n"
+)
+TAMPERING_05 = (  # lab 05's instruments forged in the kernel, then its checks and otter's scoring
+    PATCHED_HELPERS_05 + "import grpo_minimal.labs.bugs as bug_checks\n"
     "def _counted_once(self, prompts, num_return_sequences=1):\n"
     "    out = bug_checks.ToyPolicy.generate(self, prompts, num_return_sequences)\n"
     "    self.calls[:] = [(prompts, num_return_sequences)]\n"
@@ -103,8 +111,15 @@ TAMPERING_05 = (  # lab 05's instruments forged in the kernel, then its checks a
         "        setattr(checks, name, lambda *a, **k: None)\n",
     )
 )
-TAMPERING_06 = (  # lab 06's sampler and training run forged in the kernel
+PATCHED_HELPERS_06 = (  # lab 06's measuring helpers made to measure the package's functions
     "import grpo_minimal.labs.llm_step as step_checks\n"
+    "from grpo_minimal.lm_grpo import LMGRPOTrainer as _Trainer, completion_logps as _logps\n"
+    "_measure_step, _noting = step_checks._step_and_measure, step_checks._called_noting_gradient\n"
+    "step_checks._step_and_measure = lambda step, *a: _measure_step(_Trainer.step, *a)\n"
+    "step_checks._called_noting_gradient = lambda fn, *a: _noting(_logps, *a)\n"
+)
+TAMPERING_06 = (  # lab 06's sampler and training run forged in the kernel
+    PATCHED_HELPERS_06 + "import grpo_minimal.labs.llm_step as step_checks\n"
     "step_checks._FixedSampler.__call__ = lambda self, rows: (\n"
     "    setattr(self, 'calls', 1) or step_checks.copy.deepcopy(self.first))\n"
     "_shipped, _ = step_checks.tiny_model()\n"
@@ -165,8 +180,10 @@ def test_the_check_instruments_stay_in_the_judge(labs, tmp_path, monkeypatch):
     stay in the judge, and the scores are otter's in the kernel (lab 05 as shipped, all five of
     the seeds' bugs; lab 06 with three mistakes, one of them sampling twice). A notebook that
     forges those instruments in its kernel (a policy that records one call whatever it was asked,
-    a sampler that says once, a training run with made-up accuracies), and replaces the checks
-    and otter's scoring, scores as it does without the forgery."""
+    a sampler that says once, a training run with made-up accuracies), makes the measuring
+    helpers measure the package's functions instead of the learner's (``PATCHED_HELPERS_05``:
+    9 of 11 points for the shipped lab 05 when the helpers ran in the kernel; ``_06``: 8 of 12),
+    and replaces the checks and otter's scoring, scores as it does without the forgery."""
     student = labs / "student"
     shipped_05 = student / "05_find_the_bugs.ipynb"
     plain_06 = filled_lab(student / "06_llm_step.ipynb", MISTAKES_06, tmp_path / "06.ipynb")
@@ -339,3 +356,38 @@ def test_the_evaluator_ban_is_read_from_the_source_in_the_judge(labs, tmp_path):
     assert score < possible and "no evaluator on model output" in failures[0], failures
     assert "eval" in failures[0]
     assert scores["accuracy_reward"][0] == scores["accuracy_reward"][1]  # the other function's own
+
+
+PATCHED_GRADIENT_03 = (  # the gradient of the package's clipped_surrogate measured instead
+    "import grpo_minimal.labs.objective as objective_checks\n"
+    "_measure = objective_checks.ratio_gradient\n"
+    "objective_checks.ratio_gradient = lambda fn, *args: _measure(losses.clipped_surrogate, *args)\n"
+)
+PATCHING_KL_03 = (  # a right kl_k3 whose own body patches what measures the gradients
+    "import torch\n"
+    "def kl_k3(logps, ref_logps):\n"
+    "    torch.autograd.grad = torch.autograd.grad\n"
+    "    x = ref_logps - logps\n"
+    "    return torch.exp(x) - x - 1.0"
+)
+
+
+def test_the_measurements_run_where_nothing_else_of_the_notebook_ran(labs, tmp_path):
+    """A cell that replaces lab 03's ``ratio_gradient`` with the gradient of the package's
+    function gave a detached ``clipped_surrogate`` its 3 points when the helper ran in the
+    learner's kernel; the measurer runs only the definitions the function needs, so it scores
+    as without the patch. A function whose own body patches torch is not run at all: it fails
+    every case, saying why."""
+    student = labs / "student" / "03_objective.ipynb"
+    wrong = MISTAKES["03_objective"][0]
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "sly").mkdir()
+    plain = _scores(filled_lab(student, {0: wrong}, tmp_path / "plain" / student.name),
+                    labs / "grader")  # fmt: skip
+    sly = _scores(filled_lab(student, {0: wrong + "\n" + PATCHED_GRADIENT_03, 1: PATCHING_KL_03},
+                             tmp_path / "sly" / student.name), labs / "grader")  # fmt: skip
+    assert plain["clipped_surrogate"][0] < plain["clipped_surrogate"][1]
+    assert sly["clipped_surrogate"][:2] == plain["clipped_surrogate"][:2]
+    score, _, failures = sly["kl_k3"]
+    assert score == 0 and "not run" in failures[0], failures
+    assert "changes the attribute `grad` of something not its own (line 3)" in failures[0]

@@ -177,7 +177,8 @@ def test_lab_check_passes_package_functions_and_shows_the_learners_errors(tmp_pa
         "    grouped = rewards.float().view(-1, num_generations)\n"
         "    return (grouped - grouped.mean(dim=1, keepdim=Tru)) / (grouped.std() + eps)",
         1: "from grpo_minimal.advantages import group_advantages as _g\n"  # RLOO with the sample
-        "def rloo_advantages(rewards, num_generations):\n"  # in its own baseline
+        "def rloo_advantages(rewards, num_generations):\n"  # in its own baseline, and a change
+        "    torch.seen_by_grading = True\n"  # to a module that grading will not run
         "    return _g(rewards, num_generations, 'none')",
         2: "advantage_population = (1.0\n",  # unclosed parenthesis
     }
@@ -189,6 +190,8 @@ def test_lab_check_passes_package_functions_and_shows_the_learners_errors(tmp_pa
     assert "line 3 of your code" in out and "keepdim=Tru" in out  # ...and the line that raised it
     assert "case:" in out and "expected:" in out and "got:" in out
     assert "ERROR cell" in out and "SyntaxError" in out  # the parse error, said as such
+    assert "not run by grading: `rloo_advantages` or what it uses changes the attribute " \
+        "`seen_by_grading` of something not its own (line 3)" in out  # as grading will say
     assert "WARNING" not in out + err
 
 

@@ -54,11 +54,12 @@ GROUP_PREFIX = "grpo-grading-"
 """How a grading job's cgroup is named (then the grading process's id and the job's number)."""
 
 
-def left_behind() -> list[Path]:
-    """Grading jobs' cgroups that still exist under this process's groups (none should)."""
+def left_behind(grader: int | None = None) -> list[Path]:
+    """Grading jobs' cgroups that still exist under this process's groups (none should); with
+    ``grader``, only those of the grading process of that pid (another grading may be running)."""
     groups = [_own_group(controller) for controller in CONTROLLERS]
-    return [path for group in groups if group is not None
-            for path in group.glob(f"{GROUP_PREFIX}*")]  # fmt: skip
+    pattern = f"{GROUP_PREFIX}{'' if grader is None else f'{grader}-'}*"
+    return [path for group in groups if group is not None for path in group.glob(pattern)]
 
 
 class JobGroup:

@@ -112,7 +112,8 @@ class Grader:
             # file name, which stays outside)
             copy = scratch / f"{lab}.ipynb"
             copy.write_bytes(checks_at_the_end(notebook.read_bytes()))
-            request = {"notebook": str(copy), "grader_dir": str(scratch)}
+            request = {"notebook": str(copy), "grader_dir": str(scratch),
+                       "own_processes": self.use_sandbox}  # a pid namespace of its own
             if lab in JUDGED_APART:  # the tests travel on the judge's stdin, never on disk
                 request["tests"] = lab_tests(autograder)
             else:  # otter checks in the kernel, from the zip

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 
 from grpo_minimal.instructor.grading import Graded
+from grpo_minimal.labs.checking import NOT_RUN
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _FORMULA_START = ("=", "+", "-", "@")  # what spreadsheets read as the start of a formula
@@ -116,7 +117,7 @@ def learner_message(message: str, hidden: bool) -> str:
             continue  # the learner's text, going on over more lines: not shown
         elif name in _FIELDS:
             value = stripped.split(":", 1)[1].strip()
-            if name == "got" and value.startswith("raised "):
+            if name == "got" and value.startswith(("raised ", NOT_RUN)):
                 kept.append(f"  got:      {numbers_hashed(value) if hidden else value}"[:200])
             elif not (hidden and name in ("input", "expected", "got", "largest difference")):
                 kept.append("  " + (numbers_hashed(stripped) if hidden else stripped)[:300])

@@ -147,7 +147,8 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
     if not notebook.is_file():
         raise FileNotFoundError(f"no notebook at {notebook}")
     lab_name(notebook)
-    tests = json.loads(notebook.read_text())["metadata"]["otter"]["tests"]
+    content = json.loads(notebook.read_text())
+    tests = content["metadata"]["otter"]["tests"]
     with tempfile.TemporaryDirectory(prefix="lab-check-") as tests_dir:
         paths = []
         for name, source in tests.items():
@@ -158,7 +159,39 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
             results = grade_notebook(
                 str(notebook), tests_glob=paths, test_dir=tests_dir, cwd=str(notebook.parent)
             )
-    return _exercises(results.results)
+    exercises = _exercises(results.results)
+    refused = refused_definitions(code_cells(content), tests)
+    for exercise in exercises:  # as grading will: a function it will not run scores nothing
+        if exercise.name in refused:
+            exercise.score = 0.0
+            exercise.failures.insert(0, refused[exercise.name])
+            exercise.hidden.insert(0, False)
+    return exercises
+
+
+def code_cells(content: dict) -> list[str]:
+    """The code cells' sources of a notebook's JSON."""
+    cells = [c for c in content.get("cells", []) if c.get("cell_type") == "code"]
+    return ["".join(c["source"]) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+            for c in cells]  # fmt: skip
+
+
+def refused_definitions(cells: list[str], tests: dict[str, str]) -> dict[str, str]:
+    """Per exercise, why grading will not run a function of the notebook it checks
+    (``definitions.refusal``), in the words grading uses; ``lab check`` says it too."""
+    from otter.test_files import ExceptionTestFile
+
+    from grpo_minimal.instructor.definitions import definitions, told
+    from grpo_minimal.labs.source import statements
+
+    uses = {name: {param for case in ExceptionTestFile.from_string(source, path=f"{name}.py")
+                   .test_cases for param in case.body._get_func_params()}
+            for name, source in tests.items()}  # fmt: skip
+    functions = {s.name for s in statements(cells) if isinstance(s, ast.FunctionDef)}
+    functions &= {param for params in uses.values() for param in params}
+    refused = definitions(cells, sorted(functions)).refused
+    return {exercise: told(name, refused[name]) for exercise, params in uses.items()
+            for name in sorted(params) if name in refused}  # fmt: skip
 
 
 JUDGED_APART = frozenset(
@@ -181,7 +214,10 @@ def lab_tests(autograder: Path) -> dict[str, str]:
 
 
 def grade_notebook_file(
-    notebook: Path, grader_dir: Path = GRADER_DIR, tests: dict[str, str] | None = None
+    notebook: Path,
+    grader_dir: Path = GRADER_DIR,
+    tests: dict[str, str] | None = None,
+    own_processes: bool = False,
 ) -> tuple[list[ExerciseResult], list[str], list[dict]]:
     """Every check, hidden ones included, for one submitted notebook, from this process.
 
@@ -189,8 +225,9 @@ def grade_notebook_file(
     notebook's kernel (``tests``: the lab's test files, read from its zip when not given); the
     others go through otter's runner, which checks in the kernel. Returns the results, what the
     checks reported measuring and the cells that raised while the notebook ran
-    (``cell_errors``). ``grade_folder`` calls this in a sandboxed process per notebook; call it
-    directly only on notebooks you trust.
+    (``cell_errors``). ``grade_folder`` calls this in a sandboxed process per notebook, with
+    ``own_processes`` (its process-id namespace is the job's: ``judge.end_other_processes``);
+    call it directly only on notebooks you trust.
     """
     name = lab_name(notebook)
     autograder = Path(grader_dir) / f"{name}-autograder.zip"
@@ -203,7 +240,8 @@ def grade_notebook_file(
 
         with _quiet():
             results, reports, executed = judge_notebook(
-                notebook, tests if tests is not None else lab_tests(autograder), KERNEL_STARTUP_S
+                notebook, tests if tests is not None else lab_tests(autograder), KERNEL_STARTUP_S,
+                own_processes,
             )
         return _exercises(results), reports, cell_errors(executed)
     from otter.api import grade_submission
@@ -337,7 +375,8 @@ def _graded_process() -> None:
     problems = syntax_errors(notebook)[:MAX_SYNTAX_ERRORS]
     try:
         exercises, reports, errors = grade_notebook_file(
-            notebook, Path(request["grader_dir"]), request.get("tests")
+            notebook, Path(request["grader_dir"]), request.get("tests"),
+            request.get("own_processes") is True,
         )
         outcome = {"exercises": [asdict(e) for e in exercises], "reports": reports[:50],
                    "cell_errors": errors}  # fmt: skip

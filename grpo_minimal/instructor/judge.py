@@ -5,12 +5,15 @@ code can replace them (``checks.check_rloo_advantages = lambda *a, **k: None``) 
 results otter reads back. Here the notebook runs in its kernel as usual, then the checks run in
 the grading process (the judge), which the kernel cannot reach (it is not dumpable: the kernel,
 the same user, cannot open its memory or its file descriptors). A check calls the learner's
-function through a ``RemoteFunction``: the arguments go to the kernel, the learner's function
-runs there, and what it returned comes back as data (tensors, numbers, strings, lists, dicts):
-a safetensors file whose metadata holds the rest as JSON (``read_exchange``), so the judge
-unpickles nothing the kernel wrote. Expected values, comparisons and points stay in the judge.
-Whatever the kernel sends back is the learner's answer: a right answer scores, anything else
-does not.
+function through a ``RemoteFunction``: the arguments go to the measurer (``measurer.py``), a
+second process where nothing of the notebook ran but the definitions the graded functions need
+(``definitions.py``), so that no other cell can have replaced what measures them there; the
+learner's function runs there, and what it returned comes back as data (tensors, numbers,
+strings, lists, dicts): a safetensors file whose metadata holds the rest as JSON
+(``read_exchange``), so the judge unpickles nothing either process wrote. Expected values,
+comparisons and points stay in the judge. Whatever comes back is the learner's answer: a right
+answer scores, anything else does not. The kernel itself is asked only what each graded name is
+(a function, or a value such as a question's answer, which comes back as data).
 
 What a check measures about the learner's code rather than receives from it (how many times it
 called ``generate`` or ``self.sample``, which completions it scored) is measured here: such an
@@ -37,6 +40,7 @@ from typing import Any
 
 import torch
 
+from grpo_minimal.instructor.definitions import told
 from grpo_minimal.labs.checking import InKernel
 
 KERNEL_CODE = resources.files(__package__).joinpath("kernel_code.py").read_text(encoding="utf-8")
@@ -228,6 +232,8 @@ class Kernel:
     """The learner's kernel (an ``nbclient.NotebookClient``'s, the notebook already run), asked
     one request at a time through two files in ``folder``."""
 
+    called = "the notebook's kernel"  # in what a failing check says
+
     def __init__(self, client, folder: Path, source: list[str] = ()) -> None:
         self.client, self.folder = client, Path(folder).resolve()
         self.source = list(source)  # the graded code cells, as the judge read them
@@ -318,7 +324,7 @@ class Kernel:
 
     def ask(self, request: dict) -> dict:
         if not self.alive:
-            raise KernelGone("the notebook's kernel has stopped")
+            raise KernelGone(f"{self.called} has stopped")
         try:
             self._answer.unlink(missing_ok=True)
             self._request.unlink(missing_ok=True)
@@ -334,28 +340,38 @@ class Kernel:
             answer = read_exchange(self._answer)
         except Exception as error:
             why = problem or f"{type(error).__name__}: {str(error)[:200]}"
-            raise KernelGone(f"the notebook's kernel gave no answer ({why})") from None
+            raise KernelGone(f"{self.called} gave no answer ({why})") from None
         if not isinstance(answer, dict):
-            raise KernelGone("the notebook's kernel answered nonsense")
+            raise KernelGone(f"{self.called} answered nonsense")
         return answer
 
-    def environment(self, names: list[str]) -> dict[str, Any]:
-        """What otter's test functions are called with: each name the learner's function (a
-        ``RemoteFunction``) or value; a name the notebook did not define is left out."""
+    def describe(self, names: list[str]) -> dict[str, Any]:
+        """What each name is in the kernel: ``("function",)``, ``("value", encoded)`` or
+        ``("missing",)``; every name ``Unanswered`` once the kernel has stopped."""
         try:
             described = self.ask({"op": "describe", "names": names})
         except KernelGone as error:  # every check of these names fails, saying why
             return {name: Unanswered(str(error)) for name in names}
-        env: dict[str, Any] = {}
-        for name in names:
-            kind = described.get(name)
-            if not isinstance(kind, tuple) or not kind:
-                continue
-            if kind[0] == "function":
-                env[name] = RemoteFunction(self, name)
-            elif kind[0] == "value" and len(kind) == 2:
-                env[name] = decode(kind[1])
-        return env
+        return {name: described.get(name) for name in names}
+
+
+def environment(described: dict[str, Any], functions: Kernel) -> dict[str, Any]:
+    """What otter's test functions are called with: each name the learner's function (a
+    ``RemoteFunction`` called in ``functions``, or ``Refused`` with the reason) or value; a name
+    the notebook did not define is left out."""
+    env: dict[str, Any] = {}
+    for name, kind in described.items():
+        if isinstance(kind, Unanswered):
+            env[name] = kind
+        elif not isinstance(kind, tuple) or not kind:
+            continue
+        elif kind[0] == "function" and name in getattr(functions, "refused", {}):
+            env[name] = Refused(told(name, functions.refused[name]), functions.source)
+        elif kind[0] == "function":
+            env[name] = RemoteFunction(functions, name)
+        elif kind[0] == "value" and len(kind) == 2:
+            env[name] = decode(kind[1])
+    return env
 
 
 class Unanswered:
@@ -370,6 +386,33 @@ class Unanswered:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise KernelGone(self.reason)
+
+
+class Refused(InKernel):
+    """A learner's function that grading will not run beside what measures it
+    (``definitions.refusal``): called or measured, it raises ``RefusedDefinition`` with
+    ``reason`` (``definitions.told``'s text)."""
+
+    def __init__(self, reason: str, source: list[str] = ()) -> None:
+        self.reason, self.source = reason, list(source)
+
+    def __repr__(self) -> str:
+        return f"(not run: {self.reason})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        error = RefusedDefinition(self.reason)
+        error.raised_text = self.reason
+        raise error
+
+    def apply(self, helper, *args: Any, **kwargs: Any) -> Any:
+        return self()
+
+    def notebook_source(self) -> list[str]:
+        return list(self.source)
+
+
+class RefusedDefinition(LearnerError):
+    """Raised in the judge for a learner's function that ``Refused`` stands for."""
 
 
 class RemoteFunction(InKernel):
@@ -445,9 +488,15 @@ def _graded_cells(notebook) -> list[tuple[int, Any]]:
     return cells
 
 
-def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int) -> tuple:
+def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int,
+                   own_processes: bool = False) -> tuple:  # fmt: skip
     """Run ``notebook`` in a kernel, then every check of ``tests`` (test file name -> otter
-    exception-format source) here, the learner's functions called in that kernel.
+    exception-format source) here, the learner's functions called in a measurer
+    (``measurer.py``): a process where only the definitions they need ran.
+
+    ``own_processes``: this process has a process-id namespace to itself (the sandbox's), so
+    that every process but itself and the measurer is ended once the notebook has run (what
+    the notebook left running cannot reach the measurer's exchange folder).
 
     Returns ``(results, reports, executed notebook)``: ``results`` maps each test file's name to
     its otter ``ExceptionTestFile`` (run), as otter's own results do.
@@ -457,6 +506,8 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int) 
     from nbclient.exceptions import DeadKernelError
     from otter.test_files import ExceptionTestFile
 
+    from grpo_minimal.instructor import measurer
+    from grpo_minimal.instructor.definitions import definitions
     from grpo_minimal.labs import checking
 
     notebook = Path(notebook)
@@ -466,25 +517,73 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int) 
                             resources={"metadata": {"path": str(notebook.parent)}})  # fmt: skip
     files = [ExceptionTestFile.from_string(source, path=f"tests/{name}.py")
              for name, source in sorted(tests.items())]  # fmt: skip
+    names = {f.name: sorted({name for case in f.test_cases
+                             for name in case.body._get_func_params()}) for f in files}  # fmt: skip
+    every_name = sorted({name for group in names.values() for name in group})
+    modules = sorted({m for source in tests.values() for m in _LAB_MODULE.findall(source)})
+    process = measurer.start([f"grpo_minimal.labs.{m}" for m in modules])  # before any kernel
     reports: list[str] = []
     graded = _graded_cells(executed)
     source = [str(cell.get("source", "")) for _, cell in graded]
-    with client.setup_kernel(), tempfile.TemporaryDirectory(prefix="lab-judge-") as exchange:
-        for index, cell in graded:
+    try:
+        with client.setup_kernel(), tempfile.TemporaryDirectory(prefix="lab-judge-") as exchange:
+            for index, cell in graded:
+                try:
+                    client.execute_cell(cell, index)
+                except DeadKernelError:  # the notebook ended its kernel: the checks say so
+                    cell.setdefault("outputs", []).append(nbformat.v4.new_output(
+                        "error", ename="DeadKernelError",
+                        evalue="the kernel died while this cell ran", traceback=[]))  # fmt: skip
+                    break
+            described = Kernel(client, Path(exchange), source).describe(every_name)
+        if own_processes:
+            end_other_processes(keep={process.pid})
+        functions = [n for n, kind in described.items() if kind == ("function",)]
+        with tempfile.TemporaryDirectory(prefix="lab-measure-") as folder:
+            measuring = measurer.Measurer(process, Path(folder), source,
+                                          definitions(source, functions))  # fmt: skip
+            env = environment(described, measuring)
+            saved, checking.REPORTS = checking.REPORTS, reports
             try:
-                client.execute_cell(cell, index)
-            except DeadKernelError:  # the notebook ended its kernel: the checks say so
-                cell.setdefault("outputs", []).append(nbformat.v4.new_output(
-                    "error", ename="DeadKernelError", evalue="the kernel died while this cell ran",
-                    traceback=[]))  # fmt: skip
-                break
-        kernel = Kernel(client, Path(exchange), source)
-        saved, checking.REPORTS = checking.REPORTS, reports
-        try:
-            for test_file in files:
-                names = sorted({name for case in test_file.test_cases
-                                for name in case.body._get_func_params()})  # fmt: skip
-                test_file.run(kernel.environment(names))
-        finally:
-            checking.REPORTS = saved
+                for test_file in files:
+                    test_file.run({n: env[n] for n in names[test_file.name] if n in env})
+            finally:
+                checking.REPORTS = saved
+    finally:
+        with contextlib.suppress(Exception):
+            process.stdin.close()
+        with contextlib.suppress(Exception):
+            process.kill()
+            process.wait()
     return {f.name: f for f in files}, reports, executed
+
+
+_LAB_MODULE = re.compile(r"from grpo_minimal\.labs import ([a-z_]+)")
+"""The lab's check modules, as its test files import them: the measurer imports them early."""
+
+
+def end_other_processes(keep: set[int]) -> None:
+    """Kill every process this one can see but itself, pid 1 and ``keep``: in the sandbox's
+    process-id namespace, whatever the notebook left running (double forks and new sessions
+    included). A few rounds, for processes forked while the last round ran."""
+    import os
+    import signal
+    import time
+
+    spared = {1, os.getpid(), *keep}
+    for _ in range(50):
+        killed = False
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in spared:
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    if handle.read().rsplit(b")", 1)[-1].split()[0] == b"Z":
+                        continue  # ended already, not yet reaped
+                os.kill(int(entry), signal.SIGKILL)
+                killed = True
+            except (OSError, IndexError):
+                continue
+        if not killed:
+            return
+        time.sleep(0.01)

@@ -32,6 +32,11 @@ import torch
 PUBLIC_SEED = 0
 
 
+NOT_RUN = "not run by grading: "
+"""How a failing case begins whose function grading would not run (``instructor.definitions``):
+shown whole, as what the learner's code raised is."""
+
+
 class CheckFailed(Exception):
     """A lab check failed; the message names the case, the input, expected, got and a hint."""
 
@@ -116,7 +121,8 @@ def failure(case: Case | str, input_text: str, expected: Any, got: Any, hint: st
     """Build the exception a failed case raises (one format for every lab)."""
     name = case.name if isinstance(case, Case) else case
     expected_text = expected if isinstance(expected, str) else _short(expected)
-    got_text = got if isinstance(got, str) and got.startswith("raised ") else _short(got)
+    shown_whole = isinstance(got, str) and got.startswith(("raised ", NOT_RUN))
+    got_text = got if shown_whole else _short(got)
     return CheckFailed(
         f"\n  case:     {name}\n  input:    {input_text}\n  expected: {expected_text}"
         f"\n  got:      {got_text}{_difference(got, expected)}\n  hint:     {hint}"

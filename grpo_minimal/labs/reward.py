@@ -51,6 +51,7 @@ from grpo_minimal.labs.checking import (
     run_all,
     run_cases,
 )
+from grpo_minimal.labs.source import bound_names, reachable, statements
 
 # --- the security scan ---------------------------------------------------------------------------
 
@@ -161,57 +162,6 @@ EVALUATOR_IMPORTS = {"builtins": {"eval", "exec", "compile", "__import__"},
 import compile`` is not one, though using the name ``compile`` is, as in the bytecode scan."""
 
 
-def _bound_names(statement: ast.stmt) -> set[str]:
-    """The module-level names a top-level statement binds or changes: a def or class, an
-    import, any name it stores to (an assignment, ``for``, ``with ... as``, ``:=``), and the
-    object an attribute or item assignment changes (``f.__code__ = ...`` changes ``f``)."""
-    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return {statement.name}
-    if isinstance(statement, ast.Import | ast.ImportFrom):
-        return {(alias.asname or alias.name).split(".")[0] for alias in statement.names}
-    names = set()
-    for node in ast.walk(statement):
-        if not isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
-            continue  # read, not written
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, ast.Attribute | ast.Subscript):
-            base = node
-            while isinstance(base, ast.Attribute | ast.Subscript):
-                base = base.value
-            if isinstance(base, ast.Name):
-                names.add(base.id)
-    return names
-
-
-def _global_uses(statement: ast.stmt) -> set[str]:
-    """The module-level names a top-level statement reads: of a function or class, only the
-    names its scopes take from the module (``symtable``), not its locals."""
-    if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return _names_in(statement)
-    import symtable
-
-    try:
-        tables = [symtable.symtable(ast.unparse(statement), "cell", "exec")]
-    except (SyntaxError, ValueError, RecursionError):
-        return _names_in(statement)
-    names: set[str] = set()
-    while tables:
-        table = tables.pop()
-        tables.extend(table.get_children())
-        if table.get_type() == "module":
-            continue
-        names |= {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()}
-    for decorator in statement.decorator_list:
-        names |= _names_in(decorator)
-    return names
-
-
-def _names_in(node: ast.AST) -> set[str]:
-    """Every name written anywhere in ``node``."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
 def _forbidden_in(node: ast.AST) -> str | None:
     """The first evaluator a statement names: a name, an attribute, an import or a string."""
     for inner in ast.walk(node):
@@ -228,40 +178,6 @@ def _forbidden_in(node: ast.AST) -> str | None:
     return None
 
 
-def _statements(cells: Sequence[str]) -> list[ast.stmt]:
-    """Every top-level statement of the cells (those inside a top-level if / try / with / for
-    too, and a cell magic's Python body), IPython's syntax turned into Python's first."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    transform = TransformerManager().transform_cell
-
-    def flat(body: list[ast.stmt]) -> list[ast.stmt]:
-        found = []
-        for statement in body:
-            found.append(statement)
-            if isinstance(statement, ast.If | ast.Try | ast.With | ast.For | ast.While):
-                for block in ("body", "orelse", "finalbody"):
-                    found += flat(getattr(statement, block, []))
-            for handler in getattr(statement, "handlers", []):
-                found += flat(handler.body)
-        return found
-
-    statements: list[ast.stmt] = []
-    pending = [str(source) for source in cells]
-    while pending:
-        try:
-            tree = ast.parse(transform(pending.pop(0)))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue  # its syntax error is reported apart
-        statements += flat(tree.body)
-        for node in ast.walk(tree):  # %%capture, %%time, ...: their body is Python too
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "run_cell_magic" and len(node.args) == 3
-                    and isinstance(node.args[2], ast.Constant)):  # fmt: skip
-                pending.append(str(node.args[2].value))
-    return statements
-
-
 def forbidden_in_source(cells: Sequence[str], fn_name: str) -> tuple[str, str] | None:
     """The first evaluator that ``fn_name`` or what it uses names in a notebook's code: (what,
     where), read from the source's syntax tree (nothing run). From the statements that bind or
@@ -271,30 +187,13 @@ def forbidden_in_source(cells: Sequence[str], fn_name: str) -> tuple[str, str] |
     ast import literal_eval``), an attribute (``builtins.eval``) or a string (``getattr(builtins,
     "eval")``) counts. Where a name read is bound by nothing the scan understands (and is no
     built-in: ``exec`` or ``globals().update`` made it), the whole notebook is scanned."""
-    statements = _statements(cells)
-    binding: dict[str, list[ast.stmt]] = {}
-    for statement in statements:
-        for name in _bound_names(statement):
-            binding.setdefault(name, []).append(statement)
-    reachable: list[ast.stmt] = []
-    pending, seen = [fn_name], set()
-    while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name not in binding:
-            if not hasattr(builtins, name):
-                reachable = statements  # bound where the scan cannot see: read everything
-                break
-            continue
-        for statement in binding[name]:
-            if statement not in reachable:
-                reachable.append(statement)
-                pending += _global_uses(statement)
-    for statement in reachable:
+    every = statements(cells)
+    reached, unbound = reachable(every, [fn_name])
+    if any(not hasattr(builtins, name) for name in unbound):
+        reached = every  # bound where the scan cannot see: read everything
+    for statement in reached:
         if (what := _forbidden_in(statement)) is not None:
-            where = sorted(_bound_names(statement)) or ["a statement"]
+            where = sorted(bound_names(statement)) or ["a statement"]
             return what, ", ".join(where)
     return None
 

@@ -1,0 +1,281 @@
+"""The learner's functions defined again, apart from the rest of their notebook.
+
+A check that measures something about a learner's function (its gradient, what it did to a
+policy) runs a helper of the package beside it, in the same process. In the kernel that ran the
+notebook, any cell could have replaced that helper first. So the judge runs the checks against
+a second process (``judge.Measurer``) where nothing of the notebook ran but the definitions the
+graded functions need: read from the notebook's source (``definitions``), each statement held
+to a policy (``refusal``) so that the definitions themselves cannot reach what measures them.
+
+A policy read from source is a list of what it turns away, not a proof: a function written to
+slip past it (a module handed through a call of its own, ``g = same(torch.autograd)``) can still
+change what measures it in that process. What it turns away is what a notebook needs to patch
+the package, torch or the interpreter by name.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from grpo_minimal.labs.checking import NOT_RUN
+from grpo_minimal.labs.source import flat, parsed_cells, reachable
+
+ALLOWED_MODULES = frozenset({
+    "__future__", "cmath", "collections", "copy", "dataclasses", "decimal", "enum", "fractions",
+    "functools", "grpo_minimal", "itertools", "math", "numbers", "numpy", "random", "re",
+    "statistics", "string", "torch", "transformers", "typing",
+})  # fmt: skip
+"""The modules a definition may import (and their submodules): no ``os``, ``sys``, ``gc``,
+``inspect``, ``importlib``, ``ctypes``, ``builtins``, ``pickle``..."""
+
+FORBIDDEN_NAMES = frozenset({
+    "breakpoint", "compile", "delattr", "eval", "exec", "exit", "globals", "help", "input",
+    "locals", "open", "quit", "setattr", "vars",
+})  # fmt: skip
+"""Built-ins a definition may not name: they run text as code, reach a namespace, or change an
+attribute by a name given at run time."""
+
+FORBIDDEN_ATTRIBUTES = frozenset({
+    "cpp_extension", "hub", "library", "load", "load_inline", "load_library", "loads",
+    "update_wrapper", "wraps", "f_back", "f_builtins", "f_globals", "f_locals", "tb_frame",
+    "tb_next", "gi_frame", "cr_frame", "ag_frame",
+})  # fmt: skip
+"""Attributes (and names imported) a definition may not use: loading code or pickles
+(``torch.load``, ``torch.utils.cpp_extension``), replacing an operator's kernel
+(``torch.library``), copying one object's attributes onto another (``functools.update_wrapper``),
+a frame's namespaces. Every name starting with ``_`` is refused too (``__dict__``, ``_C``)."""
+
+MUTATORS = frozenset({
+    "append", "clear", "discard", "extend", "insert", "pop", "popitem", "remove", "setdefault",
+    "update",
+})  # fmt: skip
+"""Methods that change a container in place: not called on anything of the module's."""
+
+def told(name: str, reason: str) -> str:
+    """What a learner reads for a refused function, in grading and in ``lab check`` alike (the
+    rules themselves are in the learners' README, "How it is graded")."""
+    return (f"{NOT_RUN}`{name}` or what it uses {reason}; see \"How it is graded\" in "
+            "notebooks/labs/README.md")
+
+
+@dataclass
+class Definitions:
+    """What the measurer runs: per cell, its Python text (for the learner's line in an error)
+    and its kept statements; and each graded name that is refused, with the reason."""
+
+    cells: list[tuple[str, ast.Module]]
+    refused: dict[str, str]
+
+
+def _keepable(statement: ast.stmt) -> bool:
+    """A definition: an import, a def, a class, or an assignment to names alone."""
+    if isinstance(statement, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.AsyncFunctionDef
+                  | ast.ClassDef):  # fmt: skip
+        return True
+    if isinstance(statement, ast.AnnAssign):
+        return statement.value is not None and isinstance(statement.target, ast.Name)
+    if isinstance(statement, ast.Assign):
+        return all(isinstance(node, ast.Name | ast.Tuple | ast.List | ast.Starred)
+                   for target in statement.targets for node in ast.walk(target)
+                   if not isinstance(node, ast.Store | ast.Load))  # fmt: skip
+    return False
+
+
+def definitions(cells: Sequence[str], names: Sequence[str]) -> Definitions:
+    """The statements of the notebook's code ``cells`` that define ``names`` and what they read
+    (imports, defs, classes and assignments to names, at the top of a cell or inside its
+    ``if``/``for``/``with``/``try`` blocks), in the notebook's order; a name is refused, with
+    the reason, when a statement it needs is refused (``refusal``)."""
+    located: list[tuple[int, ast.stmt]] = []
+    for index, (_, tree) in enumerate(parsed := parsed_cells(cells)):
+        located += [(index, s) for s in flat(tree.body) if _keepable(s)]
+    statements = [statement for _, statement in located]
+    classes = {s.name for s in statements if isinstance(s, ast.ClassDef)}
+    kept: set[int] = set()
+    refused: dict[str, str] = {}
+    for name in names:
+        needed, _ = reachable(statements, [name])
+        reasons = [why for s in needed if (why := refusal(s, classes)) is not None]
+        if reasons:
+            refused[name] = reasons[0]
+        else:
+            kept |= {id(s) for s in needed}
+    out: list[tuple[str, ast.Module]] = []
+    for index, (text, _) in enumerate(parsed):
+        body = [s for i, s in located if i == index and id(s) in kept]
+        if body:
+            out.append((text, ast.Module(body=body, type_ignores=[])))
+    return Definitions(out, refused)
+
+
+def _root(node: ast.expr) -> ast.expr:
+    while isinstance(node, ast.Attribute | ast.Subscript | ast.Starred):
+        node = node.value
+    return node
+
+
+def _function_locals(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """A function's parameters and the names it binds, not counting nested functions'."""
+    arguments = function.args
+    found = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+    found |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
+    pending = list(function.body) if isinstance(function.body, list) else [function.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            found.add(node.name)
+        elif isinstance(node, ast.alias):
+            found.add((node.asname or node.name).split(".")[0])
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _aliases(function: ast.AST, local: set[str], scopes: list[set[str]]) -> set[str]:
+    """The locals of ``function`` given something of the module's as it is, not through a call:
+    ``g = torch.autograd``, ``for g in [torch.autograd]``, ``g = getattr(torch, "autograd")``."""
+
+    def of_module(node: ast.expr | None) -> bool:
+        if node is None:
+            return False
+        if isinstance(node, ast.Name):
+            return node.id not in local and not any(node.id in s for s in scopes)
+        if isinstance(node, ast.Attribute | ast.Subscript | ast.Starred | ast.NamedExpr):
+            return of_module(node.value)
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(of_module(e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return any(of_module(v) for v in node.values)
+        if isinstance(node, ast.IfExp):
+            return of_module(node.body) or of_module(node.orelse)
+        if isinstance(node, ast.BoolOp):
+            return any(of_module(v) for v in node.values)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            return node.func.id in ("getattr", "iter", "next") and bool(node.args) and of_module(
+                node.args[0])
+        return False
+
+    aliases: set[str] = set()
+    for node in ast.walk(function):
+        pairs: list[tuple[ast.expr, ast.expr | None]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+            pairs = [(node.target, node.iter)]
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            pairs = [(node.optional_vars, node.context_expr)]
+        for target, value in pairs:
+            if of_module(value):
+                aliases |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return aliases
+
+
+def refusal(statement: ast.stmt, classes: set[str] = frozenset()) -> str | None:
+    """Why ``statement`` may not run beside what measures the learner's function, with its
+    line; None when it may. ``classes``: the names the notebook defines classes as."""
+
+    def where(node: ast.AST) -> str:
+        return f" (line {getattr(node, 'lineno', statement.lineno)})"
+
+    def walk(node: ast.AST, scopes: list[set[str]], aliases: set[str]) -> str | None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            arguments = node.args
+            annotations = [a.annotation for a in [*arguments.posonlyargs, *arguments.args,
+                           *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
+                           if a is not None and a.annotation is not None]  # fmt: skip
+            evaluated = [*getattr(node, "decorator_list", []), *arguments.defaults,
+                         *[d for d in arguments.kw_defaults if d is not None], *annotations,
+                         *([node.returns] if getattr(node, "returns", None) else [])]  # fmt: skip
+            for outer in evaluated:  # evaluated where the function is defined
+                if (why := walk(outer, scopes, aliases)) is not None:
+                    return why
+            local = _function_locals(node)
+            inner_aliases = _aliases(node, local, scopes)
+            inner = [*scopes, local]
+            body = node.body if isinstance(node.body, list) else [node.body]
+            for child in body:
+                if (why := walk(child, inner, inner_aliases)) is not None:
+                    return why
+            return None
+        if (why := _refused_node(node, scopes, aliases, classes)) is not None:
+            return why + where(node)
+        for child in ast.iter_child_nodes(node):
+            if (why := walk(child, scopes, aliases)) is not None:
+                return why
+        return None
+
+    return walk(statement, [], set())
+
+
+def _refused_node(node: ast.AST, scopes: list[set[str]], aliases: set[str],
+                  classes: set[str]) -> str | None:  # fmt: skip
+    """Why this one node (not its children) is refused, or None."""
+
+    def own(name: ast.expr) -> bool:  # a variable of the function it is in, not an alias
+        return isinstance(name, ast.Name) and any(name.id in s for s in scopes) and (
+            name.id not in aliases)
+
+    if isinstance(node, ast.Global | ast.Nonlocal):
+        return f"uses `{type(node).__name__.lower()}`"
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        if isinstance(node, ast.ImportFrom) and (node.level or node.module is None):
+            return "a relative import"
+        modules = [node.module] if isinstance(node, ast.ImportFrom) else [
+            a.name for a in node.names]
+        for module in modules:
+            if str(module).split(".")[0] not in ALLOWED_MODULES:
+                return f"imports `{module}`"
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*" or alias.name.startswith("_") or (
+                        alias.name in FORBIDDEN_ATTRIBUTES):
+                    return f"imports `{alias.name}` from `{node.module}`"
+        return None
+    if isinstance(node, ast.Name):
+        if node.id in FORBIDDEN_NAMES or node.id.startswith("__"):
+            return f"names `{node.id}`"
+        return None
+    if isinstance(node, ast.Attribute):
+        if node.attr.startswith("_") or node.attr in FORBIDDEN_ATTRIBUTES:
+            return f"uses the attribute `{node.attr}`"
+        if isinstance(node.ctx, ast.Store | ast.Del) and not own(_root(node)):
+            return f"changes the attribute `{node.attr}` of something not its own"
+        return None
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+        if not own(_root(node)):
+            return "changes an item of something not its own"
+        return None
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "getattr":
+            name = node.args[1] if len(node.args) > 1 else None
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)
+                    and not name.value.startswith("_")
+                    and name.value not in FORBIDDEN_ATTRIBUTES):  # fmt: skip
+                return "uses `getattr` with a name that is not a plain string"
+        if isinstance(func, ast.Name) and func.id == "type" and len(node.args) == 3:
+            return "makes a class with `type`"
+        if isinstance(func, ast.Attribute) and not own(_root(func)) and (
+                func.attr in MUTATORS or func.attr.startswith("register_")):
+            return f"calls `{func.attr}` on something not its own"
+        return None
+    if isinstance(node, ast.ClassDef):
+        exceptions = {n for n in dir(builtins) if isinstance(getattr(builtins, n), type)
+                      and issubclass(getattr(builtins, n), BaseException)}  # fmt: skip
+        bases_ok = all(isinstance(b, ast.Name) and (b.id in exceptions or b.id in classes)
+                       for b in node.bases)  # fmt: skip
+        if not node.bases or not bases_ok or node.keywords or node.decorator_list:
+            return f"defines the class `{node.name}`, which is not an exception"
+        return None
+    return None
