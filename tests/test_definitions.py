@@ -44,7 +44,12 @@ REFUSED = {  # snippet -> what the reason says
     "def f(x):\n    return vars(x)": "names `vars`",
     "def f(x):\n    return x.__class__": "uses the attribute `__class__`",
     "def f(x):\n    return torch._C": "uses the attribute `_C`",
-    "def f(x):\n    return getattr(x, 'sh' + 'ape')": "`getattr` with a name that is not",
+    "def f(x):\n    return getattr(x, 'sh' + 'ape')": "uses `getattr` other than as",
+    "def f(x):\n    g = getattr\n    return g(x, 'shape')": "names `getattr`",
+    "def f(x):\n    return getattr(x, 'eval')": "uses `getattr` other than as",
+    "from grpo_minimal.labs.reward import builtins": "imports `builtins` from",
+    "def f(x):\n    return checks.builtins": "uses the attribute `builtins`",
+    "def f(x):\n    return np.load(x)": "uses the attribute `load`",
     "def f(x):\n    global y\n    y = 1": "uses `global`",
     "def f(x):\n    import os": "imports `os`",
     "import sys": "imports `sys`",
@@ -96,13 +101,31 @@ def test_only_what_the_graded_functions_need_is_kept():
     assert kept == ["SCALE = 2.0", "def helper(x):\n    return x * SCALE",
                     "def graded(x):\n    return helper(x)"]  # fmt: skip
     assert found.refused == {}
-    refused = definitions([*cells, "def helper(x):\n    checks.X = 1\n    return x"], ["graded"])
-    assert "changes the attribute `X`" in refused.refused["graded"]
+    helper = "def helper(x):\n    checks.X = 1\n    return x"
+    refused = definitions([cells[0], cells[1], helper], ["graded"])
+    assert "changes the attribute `X` of something not its own (line 2)" in refused.refused["graded"]
+
+
+def test_a_function_made_where_the_reading_cannot_see_is_refused():
+    found = definitions(["exec('def graded(x):\\n    return x')"], ["graded"])
+    assert "is bound by no statement grading can read" in found.refused["graded"]
+
+
+@pytest.mark.parametrize("binding", ["SCALE = 2.0\nSCALE += 5", "if True:\n    SCALE = 2.0",
+                                     "for SCALE in [1.0, 2.0]:\n    pass"])  # fmt: skip
+def test_a_name_the_measurer_cannot_bind_as_the_kernel_did_is_refused(binding):
+    """The measurer runs imports, defs, classes and top-level assignments to names; a name a
+    graded function reads that anything else binds (``+=``, a block, a loop) would hold another
+    value there than in the kernel, so the function is refused, saying which line."""
+    found = definitions([binding, "def graded(x):\n    return x * SCALE"], ["graded"])
+    assert "bound by a statement that grading does not run again" in found.refused["graded"]
+    assert found.cells == []
 
 
 def test_the_measurer_runs_the_definitions_alone_and_prints_nowhere(tmp_path):
-    """The measurer's process: definitions sent down its pipe, then code; a learner's print
-    does not reach the pipe the judge reads, and an error comes back as one line."""
+    """The measurer's process: not dumpable; definitions sent down its pipe, then code; a
+    learner's print does not reach the pipe the judge reads, and an error comes back as one
+    line."""
     from grpo_minimal.instructor.measurer import Measurer, start
 
     cells = ["import math\ndef area(r):\n    print('noise')\n    return math.pi * r * r"]
@@ -113,6 +136,8 @@ def test_the_measurer_runs_the_definitions_alone_and_prints_nowhere(tmp_path):
         answer = measuring.ask({"op": "call", "name": "area", "args": [2.0], "kwargs": {}})
         assert answer["ok"] == pytest.approx(4 * 3.141592653589793)
         assert measuring._run("undefined_name") == "NameError: name 'undefined_name' is not defined"
+        # not dumpable (PR_GET_DUMPABLE = 3): no process of the same user opens its memory
+        assert measuring._run("import ctypes\nassert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 0") is None
     finally:
         process.kill()
         process.wait()
@@ -126,7 +151,7 @@ def test_what_the_notebook_left_running_is_ended_before_the_measurer_runs(tmp_pa
     included."""
     script = (
         "import json, os, subprocess, sys\n"
-        "from grpo_minimal.instructor.judge import end_other_processes\n"
+        "from grpo_minimal.instructor.judging import end_other_processes\n"
         "kept = subprocess.Popen(['sleep', '60'])\n"
         "left = [subprocess.Popen(['sleep', '60'], start_new_session=True) for _ in range(3)]\n"
         "end_other_processes(keep={kept.pid})\n"

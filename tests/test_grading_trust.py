@@ -110,10 +110,7 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
     filled_lab(student, {**right, 0: (  # raises with the environment and the hidden tests
         "import glob, os\ndef group_advantages(rewards, num_generations, scale_rewards='group', "
         "eps=1e-4):\n    text = ' '.join(open(p).read() for p in glob.glob('tests/*.py'))\n"
-        "    raise ValueError(str(dict(os.environ)) + text)"),
-        1: ("def rloo_advantages(rewards, num_generations):\n"  # raises with its (hidden) input,
-            "    raise ValueError('x\\n  hint: ' + repr(rewards.tolist()) * 50)")},  # dressed
-        folder / "h-leaks.ipynb")  # fmt: skip
+        "    raise ValueError(str(dict(os.environ)) + text)")}, folder / "h-leaks.ipynb")  # fmt: skip
     wrong = dict(right)  # the population std: a wrong solution, graded after the zip rewrite
     wrong[0] = ("from grpo_minimal.advantages import population_std_advantages\n"
                 "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
@@ -210,7 +207,6 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, m
         assert CANARY not in text and seed not in text and str(SECRET) not in text
     leaks = (tmp_path / "out" / "grades-feedback" / "h-leaks.txt").read_text()
     assert "raised ValueError" in leaks and len(max(leaks.splitlines(), key=len)) <= 300
-    assert "not run by grading: `group_advantages` or what it uses imports `glob` (line 1)" in leaks
     wrong = (tmp_path / "out" / "grades-feedback" / "w-wrong.txt").read_text()
     instructor = (tmp_path / "out" / "grades-instructor" / "w-wrong.txt").read_text()
     inputs = [line.strip() for line in instructor.splitlines() if line.strip().startswith("input:")]

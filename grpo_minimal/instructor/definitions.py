@@ -32,21 +32,33 @@ ALLOWED_MODULES = frozenset({
 ``inspect``, ``importlib``, ``ctypes``, ``builtins``, ``pickle``..."""
 
 FORBIDDEN_NAMES = frozenset({
-    "breakpoint", "compile", "delattr", "eval", "exec", "exit", "globals", "help", "input",
-    "locals", "open", "quit", "setattr", "vars",
+    "breakpoint", "compile", "delattr", "eval", "exec", "exit", "getattr", "globals", "help",
+    "input", "locals", "open", "quit", "setattr", "vars",
 })  # fmt: skip
-"""Built-ins a definition may not name: they run text as code, reach a namespace, or change an
-attribute by a name given at run time."""
+"""Built-ins a definition may not name (nor reach as an attribute: ``builtins.eval``; but
+``re.compile`` is fine): they run text as code, reach a namespace, or change an attribute by a
+name given at run time. ``getattr`` is allowed only called as ``getattr(x, "plain name")``."""
+
+FORBIDDEN_MODULES = frozenset({
+    "atexit", "builtins", "code", "codeop", "copyreg", "ctypes", "dis", "gc", "glob", "importlib",
+    "inspect", "io", "linecache", "marshal", "multiprocessing", "operator", "os", "pathlib",
+    "pickle", "runpy", "shutil", "signal", "site", "socket", "subprocess", "sys", "sysconfig",
+    "tempfile", "threading", "traceback", "types", "weakref",
+})  # fmt: skip
+"""Modules a definition may not import by name from anywhere, nor read as an attribute of
+anything (the package's modules import some: ``grpo_minimal.labs.reward.builtins``); a variable
+of its own may carry such a name."""
 
 FORBIDDEN_ATTRIBUTES = frozenset({
     "cpp_extension", "hub", "library", "load", "load_inline", "load_library", "loads",
     "update_wrapper", "wraps", "f_back", "f_builtins", "f_globals", "f_locals", "tb_frame",
     "tb_next", "gi_frame", "cr_frame", "ag_frame",
-})  # fmt: skip
-"""Attributes (and names imported) a definition may not use: loading code or pickles
-(``torch.load``, ``torch.utils.cpp_extension``), replacing an operator's kernel
-(``torch.library``), copying one object's attributes onto another (``functools.update_wrapper``),
-a frame's namespaces. Every name starting with ``_`` is refused too (``__dict__``, ``_C``)."""
+}) | (FORBIDDEN_NAMES - {"compile"}) | FORBIDDEN_MODULES  # fmt: skip
+"""Attribute names (on any object) and names imported that a definition may not use: loading
+code or pickles (``torch.load``, ``np.load``, ``torch.utils.cpp_extension``), replacing an
+operator's kernel (``torch.library``), copying one object's attributes onto another
+(``functools.update_wrapper``, ``functools.wraps``), a frame's namespaces, the forbidden built-ins
+and modules. Every attribute starting with ``_`` is refused too (``__dict__``, ``torch._C``)."""
 
 MUTATORS = frozenset({
     "append", "clear", "discard", "extend", "insert", "pop", "popitem", "remove", "setdefault",
@@ -86,19 +98,33 @@ def _keepable(statement: ast.stmt) -> bool:
 
 def definitions(cells: Sequence[str], names: Sequence[str]) -> Definitions:
     """The statements of the notebook's code ``cells`` that define ``names`` and what they read
-    (imports, defs, classes and assignments to names, at the top of a cell or inside its
-    ``if``/``for``/``with``/``try`` blocks), in the notebook's order; a name is refused, with
-    the reason, when a statement it needs is refused (``refusal``)."""
+    (following every module-level name to the statements that bind it), in the notebook's order.
+    A name is refused, with the reason, when a statement it needs is refused (``refusal``), or
+    is not one the measurer runs again as the kernel ran it: anything but an import, a def, a
+    class or an assignment to names at the top level of a cell (``x += 1``, ``cfg.lr = 0.1``, a
+    ``for`` loop's variable, an assignment inside an ``if``)."""
     located: list[tuple[int, ast.stmt]] = []
+    top: set[int] = set()
     for index, (_, tree) in enumerate(parsed := parsed_cells(cells)):
-        located += [(index, s) for s in flat(tree.body) if _keepable(s)]
+        located += [(index, s) for s in flat(tree.body)]
+        top |= {id(s) for s in tree.body}
     statements = [statement for _, statement in located]
     classes = {s.name for s in statements if isinstance(s, ast.ClassDef)}
     kept: set[int] = set()
     refused: dict[str, str] = {}
     for name in names:
-        needed, _ = reachable(statements, [name])
-        reasons = [why for s in needed if (why := refusal(s, classes)) is not None]
+        needed, unbound = reachable(statements, [name])
+        reasons = []
+        if name in unbound:  # made by exec, globals()[...] = ...: nothing to run again
+            reasons.append("is bound by no statement grading can read: define it with a def "
+                           "at the top level of a cell")  # fmt: skip
+        for statement in needed:
+            if not (_keepable(statement) and id(statement) in top):
+                reasons.append("reads a name bound by a statement that grading does not run "
+                               f"again (line {statement.lineno}): bind it once with an import, "
+                               "a def or `name = value` at the top level of a cell")  # fmt: skip
+            elif (why := refusal(statement, classes)) is not None:
+                reasons.append(why)
         if reasons:
             refused[name] = reasons[0]
         else:
@@ -210,7 +236,11 @@ def refusal(statement: ast.stmt, classes: set[str] = frozenset()) -> str | None:
             return None
         if (why := _refused_node(node, scopes, aliases, classes)) is not None:
             return why + where(node)
-        for child in ast.iter_child_nodes(node):
+        children = list(ast.iter_child_nodes(node))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id == "getattr"):  # checked above: getattr(x, "plain name")
+            children.remove(node.func)
+        for child in children:
             if (why := walk(child, scopes, aliases)) is not None:
                 return why
         return None
@@ -263,7 +293,7 @@ def _refused_node(node: ast.AST, scopes: list[set[str]], aliases: set[str],
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str)
                     and not name.value.startswith("_")
                     and name.value not in FORBIDDEN_ATTRIBUTES):  # fmt: skip
-                return "uses `getattr` with a name that is not a plain string"
+                return "uses `getattr` other than as getattr(x, \"a plain name\")"
         if isinstance(func, ast.Name) and func.id == "type" and len(node.args) == 3:
             return "makes a class with `type`"
         if isinstance(func, ast.Attribute) and not own(_root(func)) and (

@@ -146,7 +146,7 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
     notebook = Path(notebook)
     if not notebook.is_file():
         raise FileNotFoundError(f"no notebook at {notebook}")
-    lab_name(notebook)
+    lab = lab_name(notebook)
     content = json.loads(notebook.read_text())
     tests = content["metadata"]["otter"]["tests"]
     with tempfile.TemporaryDirectory(prefix="lab-check-") as tests_dir:
@@ -160,7 +160,7 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
                 str(notebook), tests_glob=paths, test_dir=tests_dir, cwd=str(notebook.parent)
             )
     exercises = _exercises(results.results)
-    refused = refused_definitions(code_cells(content), tests)
+    refused = refused_definitions(code_cells(content), tests) if lab in MEASURED_APART else {}
     for exercise in exercises:  # as grading will: a function it will not run scores nothing
         if exercise.name in refused:
             exercise.score = 0.0
@@ -182,12 +182,17 @@ def refused_definitions(cells: list[str], tests: dict[str, str]) -> dict[str, st
     from otter.test_files import ExceptionTestFile
 
     from grpo_minimal.instructor.definitions import definitions, told
-    from grpo_minimal.labs.source import statements
+    from grpo_minimal.labs.source import bound_names, statements
 
     uses = {name: {param for case in ExceptionTestFile.from_string(source, path=f"{name}.py")
                    .test_cases for param in case.body._get_func_params()}
             for name, source in tests.items()}  # fmt: skip
-    functions = {s.name for s in statements(cells) if isinstance(s, ast.FunctionDef)}
+    functions = set()  # what the kernel would find to be functions: defs, lambdas, imports, aliases
+    for statement in statements(cells):
+        if isinstance(statement, ast.FunctionDef | ast.Import | ast.ImportFrom) or (
+                isinstance(statement, ast.Assign)
+                and isinstance(statement.value, ast.Lambda | ast.Name | ast.Attribute)):
+            functions |= bound_names(statement)
     functions &= {param for params in uses.values() for param in params}
     refused = definitions(cells, sorted(functions)).refused
     return {exercise: told(name, refused[name]) for exercise, params in uses.items()
@@ -201,6 +206,14 @@ JUDGED_APART = frozenset(
 """Labs whose checks run outside the learner's kernel (``judge.py``): no notebook of theirs can
 change its own score. (Every lab now; otter's in-kernel checking stays for a lab added without
 judging, and for ``lab check``, where a learner checks their own work.)"""
+
+
+MEASURED_APART = frozenset({"03_objective", "05_find_the_bugs", "06_llm_step"})
+"""Labs whose checks measure the learner's functions rather than compare what they return (a
+gradient, an update, a training run): their functions are called in the measurer, a process
+where only the definitions they need ran (``judging.py``), held to ``definitions.refusal``'s
+policy. The other labs' checks only compare answers, so their functions are called in the
+kernel that ran the notebook."""
 
 
 def lab_tests(autograder: Path) -> dict[str, str]:
@@ -226,7 +239,7 @@ def grade_notebook_file(
     others go through otter's runner, which checks in the kernel. Returns the results, what the
     checks reported measuring and the cells that raised while the notebook ran
     (``cell_errors``). ``grade_folder`` calls this in a sandboxed process per notebook, with
-    ``own_processes`` (its process-id namespace is the job's: ``judge.end_other_processes``);
+    ``own_processes`` (its process-id namespace is the job's: ``judging.end_other_processes``);
     call it directly only on notebooks you trust.
     """
     name = lab_name(notebook)
@@ -236,12 +249,12 @@ def grade_notebook_file(
             f"no grader for lab {name!r} at {autograder}: run `make labs` first"
         )
     if name in JUDGED_APART:
-        from grpo_minimal.instructor.judge import judge_notebook
+        from grpo_minimal.instructor.judging import judge_notebook
 
         with _quiet():
             results, reports, executed = judge_notebook(
                 notebook, tests if tests is not None else lab_tests(autograder), KERNEL_STARTUP_S,
-                own_processes,
+                measured=name in MEASURED_APART, own_processes=own_processes,
             )
         return _exercises(results), reports, cell_errors(executed)
     from otter.api import grade_submission

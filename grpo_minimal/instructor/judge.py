@@ -5,15 +5,15 @@ code can replace them (``checks.check_rloo_advantages = lambda *a, **k: None``) 
 results otter reads back. Here the notebook runs in its kernel as usual, then the checks run in
 the grading process (the judge), which the kernel cannot reach (it is not dumpable: the kernel,
 the same user, cannot open its memory or its file descriptors). A check calls the learner's
-function through a ``RemoteFunction``: the arguments go to the measurer (``measurer.py``), a
-second process where nothing of the notebook ran but the definitions the graded functions need
+function through a ``RemoteFunction``: the arguments go to the kernel or, for a lab whose
+checks measure the function (``judging.py``), to the measurer (``measurer.py``), a second
+process where nothing of the notebook ran but the definitions the graded functions need
 (``definitions.py``), so that no other cell can have replaced what measures them there; the
 learner's function runs there, and what it returned comes back as data (tensors, numbers,
 strings, lists, dicts): a safetensors file whose metadata holds the rest as JSON
 (``read_exchange``), so the judge unpickles nothing either process wrote. Expected values,
 comparisons and points stay in the judge. Whatever comes back is the learner's answer: a right
-answer scores, anything else does not. The kernel itself is asked only what each graded name is
-(a function, or a value such as a question's answer, which comes back as data).
+answer scores, anything else does not.
 
 What a check measures about the learner's code rather than receives from it (how many times it
 called ``generate`` or ``self.sample``, which completions it scored) is measured here: such an
@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import itertools
 import re
-import tempfile
 import threading
 from fractions import Fraction
 from importlib import resources
@@ -416,8 +415,9 @@ class RefusedDefinition(LearnerError):
 
 
 class RemoteFunction(InKernel):
-    """The learner's function ``name``, called in its kernel; what it returns comes back as data
-    and what it did to its arguments is copied back onto the caller's."""
+    """The learner's function ``name``, called in ``kernel`` (the measurer, when judged apart);
+    what it returns comes back as data and what it did to its arguments is copied back onto the
+    caller's."""
 
     def __init__(self, kernel: Kernel, name: str) -> None:
         self.kernel, self.__name__ = kernel, name
@@ -452,138 +452,3 @@ class RemoteFunction(InKernel):
             types = [str(t) for t in raised.get("types", [])] or ["Exception"]
             raise rebuilt_error(types, str(raised.get("message", "")), str(raised.get("text", "")))
         return decode(answer.get("ok"))
-
-
-_GRADER_CALL = re.compile(r"\s*grader\.(check|check_all|export)\(.*\)\s*", re.DOTALL)
-_OTTER_SETUP = re.compile(
-    r"\s*(#[^\n]*\n\s*)*import otter\s*\n\s*grader\s*=\s*otter\.Notebook\([^()]*\)\s*"
-)
-# what runs in place of otter's set-up cell: a `grader` whose calls do nothing (the checks run
-# here, in the judge); importing otter took about 1 s of every graded kernel
-_NO_CHECKS = (
-    "class __GrpoNoChecks__:\n"
-    "    def __getattr__(self, name):\n"
-    "        return lambda *args, **kwargs: None\n\n"
-    "grader = __GrpoNoChecks__()"
-)
-
-
-def _graded_cells(notebook) -> list[tuple[int, Any]]:
-    """The code cells grading runs, with their index: not the ones otter skips when grading
-    (tagged ``otter_ignore``), nor the learner-facing ``grader.check(...)`` / ``check_all()`` /
-    ``export()`` cells (the judge runs the checks itself, once the whole notebook has run).
-    otter's set-up cell (``grader = otter.Notebook(...)``) runs as ``_NO_CHECKS``."""
-    cells = []
-    for index, cell in enumerate(notebook.cells):
-        if cell.get("cell_type") != "code":
-            continue
-        if "otter_ignore" in (cell.get("metadata", {}).get("tags") or []):
-            continue
-        source = str(cell.get("source", ""))
-        if _GRADER_CALL.fullmatch(source):
-            continue
-        if _OTTER_SETUP.fullmatch(source):
-            cell["source"] = _NO_CHECKS
-        cells.append((index, cell))
-    return cells
-
-
-def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int,
-                   own_processes: bool = False) -> tuple:  # fmt: skip
-    """Run ``notebook`` in a kernel, then every check of ``tests`` (test file name -> otter
-    exception-format source) here, the learner's functions called in a measurer
-    (``measurer.py``): a process where only the definitions they need ran.
-
-    ``own_processes``: this process has a process-id namespace to itself (the sandbox's), so
-    that every process but itself and the measurer is ended once the notebook has run (what
-    the notebook left running cannot reach the measurer's exchange folder).
-
-    Returns ``(results, reports, executed notebook)``: ``results`` maps each test file's name to
-    its otter ``ExceptionTestFile`` (run), as otter's own results do.
-    """
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-    from otter.test_files import ExceptionTestFile
-
-    from grpo_minimal.instructor import measurer
-    from grpo_minimal.instructor.definitions import definitions
-    from grpo_minimal.labs import checking
-
-    notebook = Path(notebook)
-    executed = nbformat.read(notebook, as_version=4)
-    client = NotebookClient(executed, timeout=None, allow_errors=True, kernel_name="python3",
-                            startup_timeout=startup_timeout,
-                            resources={"metadata": {"path": str(notebook.parent)}})  # fmt: skip
-    files = [ExceptionTestFile.from_string(source, path=f"tests/{name}.py")
-             for name, source in sorted(tests.items())]  # fmt: skip
-    names = {f.name: sorted({name for case in f.test_cases
-                             for name in case.body._get_func_params()}) for f in files}  # fmt: skip
-    every_name = sorted({name for group in names.values() for name in group})
-    modules = sorted({m for source in tests.values() for m in _LAB_MODULE.findall(source)})
-    process = measurer.start([f"grpo_minimal.labs.{m}" for m in modules])  # before any kernel
-    reports: list[str] = []
-    graded = _graded_cells(executed)
-    source = [str(cell.get("source", "")) for _, cell in graded]
-    try:
-        with client.setup_kernel(), tempfile.TemporaryDirectory(prefix="lab-judge-") as exchange:
-            for index, cell in graded:
-                try:
-                    client.execute_cell(cell, index)
-                except DeadKernelError:  # the notebook ended its kernel: the checks say so
-                    cell.setdefault("outputs", []).append(nbformat.v4.new_output(
-                        "error", ename="DeadKernelError",
-                        evalue="the kernel died while this cell ran", traceback=[]))  # fmt: skip
-                    break
-            described = Kernel(client, Path(exchange), source).describe(every_name)
-        if own_processes:
-            end_other_processes(keep={process.pid})
-        functions = [n for n, kind in described.items() if kind == ("function",)]
-        with tempfile.TemporaryDirectory(prefix="lab-measure-") as folder:
-            measuring = measurer.Measurer(process, Path(folder), source,
-                                          definitions(source, functions))  # fmt: skip
-            env = environment(described, measuring)
-            saved, checking.REPORTS = checking.REPORTS, reports
-            try:
-                for test_file in files:
-                    test_file.run({n: env[n] for n in names[test_file.name] if n in env})
-            finally:
-                checking.REPORTS = saved
-    finally:
-        with contextlib.suppress(Exception):
-            process.stdin.close()
-        with contextlib.suppress(Exception):
-            process.kill()
-            process.wait()
-    return {f.name: f for f in files}, reports, executed
-
-
-_LAB_MODULE = re.compile(r"from grpo_minimal\.labs import ([a-z_]+)")
-"""The lab's check modules, as its test files import them: the measurer imports them early."""
-
-
-def end_other_processes(keep: set[int]) -> None:
-    """Kill every process this one can see but itself, pid 1 and ``keep``: in the sandbox's
-    process-id namespace, whatever the notebook left running (double forks and new sessions
-    included). A few rounds, for processes forked while the last round ran."""
-    import os
-    import signal
-    import time
-
-    spared = {1, os.getpid(), *keep}
-    for _ in range(50):
-        killed = False
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) in spared:
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as handle:
-                    if handle.read().rsplit(b")", 1)[-1].split()[0] == b"Z":
-                        continue  # ended already, not yet reaped
-                os.kill(int(entry), signal.SIGKILL)
-                killed = True
-            except (OSError, IndexError):
-                continue
-        if not killed:
-            return
-        time.sleep(0.01)

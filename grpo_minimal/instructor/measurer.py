@@ -5,13 +5,14 @@ Nothing of the notebook runs there but the definitions its graded functions need
 source and held to a policy (``definitions.py``): a cell that replaced a measuring helper of the
 package in the kernel (lab 03's ``ratio_gradient``, lab 05's ``_bound_call``) replaced nothing
 here. The process starts before the learner's kernel does (it imports torch and the lab's
-checks while the notebook runs) and makes itself not dumpable first, so no process of the same
-user (the kernel, or one it left behind) can open its memory; it talks to the judge through two
+checks while the notebook runs) and makes itself not dumpable first, before it imports anything
+and before the kernel starts, so no process of the same user (the kernel, or one it left
+behind) can open its memory; it talks to the judge through two
 pipes only the judge holds. The judge asks it as it asks a kernel (``judge.Kernel``): same
 requests, same answers as data, same stand-ins for the check's instruments.
 
-Run as ``python -P -m grpo_minimal.instructor.measurer MODULE...`` by ``start``; what it reads
-(the judge's, pickled) is trusted; what it writes back (a line of JSON) is not.
+Started by ``start`` (``BOOT``); what it reads (the judge's, pickled) is trusted; what it writes
+back (a line of JSON) is not.
 """
 
 from __future__ import annotations
@@ -31,11 +32,27 @@ MAX_REPLY_BYTES = 64 * 1024
 """The longest line the judge reads back from the measurer (an error's name and first words)."""
 
 
+BOOT = """
+import ctypes, sys
+if ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4, before anything else
+    sys.exit("the measuring process cannot make itself not dumpable")
+sys.stdout.buffer.write(b"ready\\n")
+sys.stdout.flush()
+from grpo_minimal.instructor.measurer import _serve
+_serve()
+"""
+"""The measurer's first lines: not dumpable before it imports anything, then ready."""
+
+
 def start(modules: list[str]) -> subprocess.Popen:
-    """The measurer's process, importing ``modules`` (the lab's checks) while it waits."""
-    argv = [sys.executable, "-P", "-m", "grpo_minimal.instructor.measurer", *modules]
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, close_fds=True)  # fmt: skip
+    """The measurer's process, importing ``modules`` (the lab's checks) while it waits;
+    returned once it has made itself not dumpable (before any learner code can exist)."""
+    process = subprocess.Popen([sys.executable, "-P", "-c", BOOT, *modules],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, close_fds=True)  # fmt: skip
+    if process.stdout.readline(64) != b"ready\n":  # it stopped: every call will say so
+        process.kill()
+    return process
 
 
 class Measurer(Kernel):
@@ -76,14 +93,9 @@ class Measurer(Kernel):
 def _serve() -> None:
     """The measurer's side: run what the judge sends, in a namespace of the learner's alone."""
     import builtins
-    import ctypes
     import importlib
     import linecache
 
-    try:  # before anything else: no process of this user may open our memory or descriptors
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except Exception:
-        pass
     requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     null = os.open(os.devnull, os.O_RDWR)  # the learner's print() goes nowhere, not down the pipe
     os.dup2(null, 0)
@@ -124,6 +136,3 @@ def _serve() -> None:
             continue
         reply(None)
 
-
-if __name__ == "__main__":
-    _serve()
