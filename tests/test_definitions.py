@@ -30,6 +30,9 @@ ACCEPTED = {
     "getattr with a plain name": "def f(x):\n    return getattr(x, 'shape')",
     "a context manager's value": "def f(x):\n    with torch.no_grad() as g:\n        g.x = 1",
     "imports of the allowed modules": "import torch.nn.functional as F",
+    "annotations from the future": "from __future__ import annotations",
+    "a model put in evaluation mode": "def f(model):\n    model.eval()\n    return model",
+    "an error's code": "def f(err):\n    return err.code",
 }
 REFUSED = {  # snippet -> what the reason says
     "def f(x):\n    torch.autograd.grad = None": "changes the attribute `grad` of something not",
@@ -37,16 +40,22 @@ REFUSED = {  # snippet -> what the reason says
     "def f(x):\n    for g in [torch.autograd]:\n        g.grad = None": "changes the attribute",
     "def f(x):\n    g = getattr(torch, 'autograd')\n    g.grad = 1": "changes the attribute",
     "def f(x):\n    TABLE['a'] = 1": "changes an item of something not its own",
-    "def f(x):\n    checks.REFERENCE_TRAINER.update(a=1)": "calls `update` on something not",
-    "def f(x):\n    dict.update(checks.REFERENCE_TRAINER, a=1)": "calls `update`",
-    "def f(x):\n    torch.nn.modules.module.register_module_forward_hook(h)": "calls `register_",
+    "def f(x):\n    checks.REFERENCE_TRAINER.update(a=1)": "uses `update` of something not",
+    "def f(x):\n    dict.update(checks.REFERENCE_TRAINER, a=1)": "uses `update` of something",
+    "def f(x):\n    u = checks.REFERENCE_TRAINER.update\n    u(a=1)": "uses `update` of something",
+    "def f(x):\n    torch.nn.modules.module.register_module_forward_hook(h)": "uses `register_",
+    "def f(x):\n    import grpo_minimal.labs.objective as oc\n    oc.ratio_gradient = None":
+        "changes the attribute `ratio_gradient`",
+    "def f(x, g=torch.autograd):\n    g.grad = None": "changes the attribute `grad`",
+    "import torch.library as L": "imports `torch.library`",
+    "import torch._C as C": "imports `torch._C`",
     "def f(x):\n    setattr(torch, 'x', 1)": "names `setattr`",
     "def f(x):\n    return vars(x)": "names `vars`",
     "def f(x):\n    return x.__class__": "uses the attribute `__class__`",
     "def f(x):\n    return torch._C": "uses the attribute `_C`",
     "def f(x):\n    return getattr(x, 'sh' + 'ape')": "uses `getattr` other than as",
     "def f(x):\n    g = getattr\n    return g(x, 'shape')": "names `getattr`",
-    "def f(x):\n    return getattr(x, 'eval')": "uses `getattr` other than as",
+    "def f(x):\n    return getattr(x, 'load')": "uses `getattr` other than as",
     "from grpo_minimal.labs.reward import builtins": "imports `builtins` from",
     "def f(x):\n    return checks.builtins": "uses the attribute `builtins`",
     "def f(x):\n    return np.load(x)": "uses the attribute `load`",
@@ -104,6 +113,15 @@ def test_only_what_the_graded_functions_need_is_kept():
     helper = "def helper(x):\n    checks.X = 1\n    return x"
     refused = definitions([cells[0], cells[1], helper], ["graded"])
     assert "changes the attribute `X` of something not its own (line 2)" in refused.refused["graded"]
+
+
+def test_a_name_changed_in_place_at_the_top_level_is_refused():
+    """``ROWS.append(...)`` at the top level is not run again in the measurer: a graded function
+    reading ``ROWS`` would see another list there than in the kernel, so it is refused."""
+    cells = ["ROWS = [1.0]\nROWS.append(2.0)", "def graded(x):\n    return x * len(ROWS)"]
+    found = definitions(cells, ["graded"])
+    assert "reads `ROWS`, which a top-level statement changes in place (line 2)" in \
+        found.refused["graded"]
 
 
 def test_a_function_made_where_the_reading_cannot_see_is_refused():

@@ -2,15 +2,16 @@
 
 A check that measures something about a learner's function (its gradient, what it did to a
 policy) runs a helper of the package beside it, in the same process. In the kernel that ran the
-notebook, any cell could have replaced that helper first. So the judge runs the checks against
-a second process (``judge.Measurer``) where nothing of the notebook ran but the definitions the
-graded functions need: read from the notebook's source (``definitions``), each statement held
-to a policy (``refusal``) so that the definitions themselves cannot reach what measures them.
+notebook, any cell could have replaced that helper first. So for the labs that measure
+(``grading.MEASURED_APART``: 03, 05, 06) the judge runs the checks against a second process
+(``measurer.Measurer``) where nothing of the notebook ran but the definitions the graded
+functions need: read from the notebook's source (``definitions``), each statement held to a
+policy (``refusal``) so that the definitions themselves cannot reach what measures them.
 
 A policy read from source is a list of what it turns away, not a proof: a function written to
-slip past it (a module handed through a call of its own, ``g = same(torch.autograd)``) can still
-change what measures it in that process. What it turns away is what a notebook needs to patch
-the package, torch or the interpreter by name.
+slip past it (a module handed through a call of its own, ``g = same(torch.autograd)``; an
+in-place tensor method on a module's tensor) can still change what measures it in that process.
+What it turns away is the plain ways to patch the package, torch or the interpreter by name.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grpo_minimal.labs.checking import NOT_RUN
-from grpo_minimal.labs.source import flat, parsed_cells, reachable
+from grpo_minimal.labs.source import bound_names, flat, parsed_cells, reachable
 
 ALLOWED_MODULES = frozenset({
     "__future__", "cmath", "collections", "copy", "dataclasses", "decimal", "enum", "fractions",
@@ -35,9 +36,10 @@ FORBIDDEN_NAMES = frozenset({
     "breakpoint", "compile", "delattr", "eval", "exec", "exit", "getattr", "globals", "help",
     "input", "locals", "open", "quit", "setattr", "vars",
 })  # fmt: skip
-"""Built-ins a definition may not name (nor reach as an attribute: ``builtins.eval``; but
-``re.compile`` is fine): they run text as code, reach a namespace, or change an attribute by a
-name given at run time. ``getattr`` is allowed only called as ``getattr(x, "plain name")``."""
+"""Built-ins a definition may not name: they run text as code, reach a namespace, or change an
+attribute by a name given at run time. ``getattr`` is allowed only called as
+``getattr(x, "plain name")``. (As attributes they are fine: ``model.eval()``, ``re.compile``;
+``builtins``, where they would be reached, is refused.)"""
 
 FORBIDDEN_MODULES = frozenset({
     "atexit", "builtins", "code", "codeop", "copyreg", "ctypes", "dis", "gc", "glob", "importlib",
@@ -45,20 +47,24 @@ FORBIDDEN_MODULES = frozenset({
     "pickle", "runpy", "shutil", "signal", "site", "socket", "subprocess", "sys", "sysconfig",
     "tempfile", "threading", "traceback", "types", "weakref",
 })  # fmt: skip
-"""Modules a definition may not import by name from anywhere, nor read as an attribute of
-anything (the package's modules import some: ``grpo_minimal.labs.reward.builtins``); a variable
-of its own may carry such a name."""
+"""Modules a definition may not import by name from anywhere (the package's modules import
+some: ``from grpo_minimal.labs.reward import builtins``); a variable of its own may carry such a
+name. All but the few that are common attribute names elsewhere (``err.code``, ``x.types``:
+``COMMON_NAMES``) are refused as attributes of anything too (``grpo_minimal.labs.reward.sys``)."""
+
+COMMON_NAMES = frozenset({"code", "codeop", "dis", "glob", "signal", "site", "traceback", "types"})
 
 FORBIDDEN_ATTRIBUTES = frozenset({
     "cpp_extension", "hub", "library", "load", "load_inline", "load_library", "loads",
     "update_wrapper", "wraps", "f_back", "f_builtins", "f_globals", "f_locals", "tb_frame",
     "tb_next", "gi_frame", "cr_frame", "ag_frame",
-}) | (FORBIDDEN_NAMES - {"compile"}) | FORBIDDEN_MODULES  # fmt: skip
-"""Attribute names (on any object) and names imported that a definition may not use: loading
-code or pickles (``torch.load``, ``np.load``, ``torch.utils.cpp_extension``), replacing an
-operator's kernel (``torch.library``), copying one object's attributes onto another
-(``functools.update_wrapper``, ``functools.wraps``), a frame's namespaces, the forbidden built-ins
-and modules. Every attribute starting with ``_`` is refused too (``__dict__``, ``torch._C``)."""
+}) | (FORBIDDEN_MODULES - COMMON_NAMES)  # fmt: skip
+"""Attribute names (on any object), names imported and parts of a dotted import a definition
+may not use: loading code or pickles (``torch.load``, ``np.load``,
+``torch.utils.cpp_extension``), replacing an operator's kernel (``torch.library``), copying one
+object's attributes onto another (``functools.update_wrapper``, ``functools.wraps``), a frame's
+namespaces, the refused modules. Every attribute starting with ``_`` is refused too
+(``__dict__``, ``torch._C``)."""
 
 MUTATORS = frozenset({
     "append", "clear", "discard", "extend", "insert", "pop", "popitem", "remove", "setdefault",
@@ -110,6 +116,7 @@ def definitions(cells: Sequence[str], names: Sequence[str]) -> Definitions:
         top |= {id(s) for s in tree.body}
     statements = [statement for _, statement in located]
     classes = {s.name for s in statements if isinstance(s, ast.ClassDef)}
+    changed = _changed_in_place(statements)
     kept: set[int] = set()
     refused: dict[str, str] = {}
     for name in names:
@@ -125,6 +132,10 @@ def definitions(cells: Sequence[str], names: Sequence[str]) -> Definitions:
                                "a def or `name = value` at the top level of a cell")  # fmt: skip
             elif (why := refusal(statement, classes)) is not None:
                 reasons.append(why)
+            for bound in sorted(bound_names(statement) & set(changed)):
+                reasons.append(f"reads `{bound}`, which a top-level statement changes in place "
+                               f"(line {changed[bound]}) where grading does not run it again: "
+                               "make the value whole in its `name = value` line")  # fmt: skip
         if reasons:
             refused[name] = reasons[0]
         else:
@@ -135,6 +146,22 @@ def definitions(cells: Sequence[str], names: Sequence[str]) -> Definitions:
         if body:
             out.append((text, ast.Module(body=body, type_ignores=[])))
     return Definitions(out, refused)
+
+
+def _changed_in_place(statements: list[ast.stmt]) -> dict[str, int]:
+    """Module-level names that a statement run at the top level changes with a method
+    (``ROWS.append(...)``, ``TABLE.update(...)``), with the first such line: the measurer does not
+    run those statements, so such a name would hold another value there."""
+    changed: dict[str, int] = {}
+    for statement in statements:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue  # their bodies run when called, not here
+        for node in ast.walk(statement):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in MUTATORS
+                    and isinstance(root := _root(node.func.value), ast.Name)):  # fmt: skip
+                changed.setdefault(root.id, node.lineno)
+    return changed
 
 
 def _root(node: ast.expr) -> ast.expr:
@@ -168,7 +195,8 @@ def _function_locals(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lamb
 
 def _aliases(function: ast.AST, local: set[str], scopes: list[set[str]]) -> set[str]:
     """The locals of ``function`` given something of the module's as it is, not through a call:
-    ``g = torch.autograd``, ``for g in [torch.autograd]``, ``g = getattr(torch, "autograd")``."""
+    ``g = torch.autograd``, ``for g in [torch.autograd]``, ``g = getattr(torch, "autograd")``,
+    ``import torch.autograd as g``, a parameter ``g=torch.autograd``."""
 
     def of_module(node: ast.expr | None) -> bool:
         if node is None:
@@ -191,7 +219,16 @@ def _aliases(function: ast.AST, local: set[str], scopes: list[set[str]]) -> set[
         return False
 
     aliases: set[str] = set()
+    arguments = function.args  # a parameter whose default is the module's: ``g=torch.autograd``
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaulted = list(zip(positional[len(positional) - len(arguments.defaults):],
+                         arguments.defaults, strict=True))  # fmt: skip
+    defaulted += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+                  if d is not None]  # fmt: skip
+    aliases |= {argument.arg for argument, default in defaulted if of_module(default)}
     for node in ast.walk(function):
+        if isinstance(node, ast.Import | ast.ImportFrom):  # a module, or something of one
+            aliases |= {(a.asname or a.name).split(".")[0] for a in node.names}
         pairs: list[tuple[ast.expr, ast.expr | None]] = []
         if isinstance(node, ast.Assign):
             pairs = [(t, node.value) for t in node.targets]
@@ -264,7 +301,11 @@ def _refused_node(node: ast.AST, scopes: list[set[str]], aliases: set[str],
         modules = [node.module] if isinstance(node, ast.ImportFrom) else [
             a.name for a in node.names]
         for module in modules:
-            if str(module).split(".")[0] not in ALLOWED_MODULES:
+            parts = str(module).split(".")
+            if parts[0] not in ALLOWED_MODULES:
+                return f"imports `{module}`"
+            if module != "__future__" and any(
+                    p.startswith("_") or p in FORBIDDEN_ATTRIBUTES for p in parts[1:]):
                 return f"imports `{module}`"
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
@@ -279,6 +320,8 @@ def _refused_node(node: ast.AST, scopes: list[set[str]], aliases: set[str],
     if isinstance(node, ast.Attribute):
         if node.attr.startswith("_") or node.attr in FORBIDDEN_ATTRIBUTES:
             return f"uses the attribute `{node.attr}`"
+        if (node.attr in MUTATORS or node.attr.startswith("register_")) and not own(_root(node)):
+            return f"uses `{node.attr}` of something not its own"
         if isinstance(node.ctx, ast.Store | ast.Del) and not own(_root(node)):
             return f"changes the attribute `{node.attr}` of something not its own"
         return None
@@ -296,9 +339,6 @@ def _refused_node(node: ast.AST, scopes: list[set[str]], aliases: set[str],
                 return "uses `getattr` other than as getattr(x, \"a plain name\")"
         if isinstance(func, ast.Name) and func.id == "type" and len(node.args) == 3:
             return "makes a class with `type`"
-        if isinstance(func, ast.Attribute) and not own(_root(func)) and (
-                func.attr in MUTATORS or func.attr.startswith("register_")):
-            return f"calls `{func.attr}` on something not its own"
         return None
     if isinstance(node, ast.ClassDef):
         exceptions = {n for n in dir(builtins) if isinstance(getattr(builtins, n), type)

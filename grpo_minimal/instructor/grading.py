@@ -203,7 +203,7 @@ JUDGED_APART = frozenset(
     {"01_advantages", "02_returns", "03_objective", "04_reward", "05_find_the_bugs",
      "06_llm_step", "07_capstone"}
 )  # fmt: skip
-"""Labs whose checks run outside the learner's kernel (``judge.py``): no notebook of theirs can
+"""Labs whose checks run outside the learner's kernel (``judging.py``): no notebook of theirs can
 change its own score. (Every lab now; otter's in-kernel checking stays for a lab added without
 judging, and for ``lab check``, where a learner checks their own work.)"""
 
@@ -235,7 +235,8 @@ def grade_notebook_file(
     """Every check, hidden ones included, for one submitted notebook, from this process.
 
     A lab of ``JUDGED_APART`` runs its checks here, the learner's functions called in the
-    notebook's kernel (``tests``: the lab's test files, read from its zip when not given); the
+    notebook's kernel or, for ``MEASURED_APART``, in the measurer (``judging.py``; ``tests``:
+    the lab's test files, read from its zip when not given); the
     others go through otter's runner, which checks in the kernel. Returns the results, what the
     checks reported measuring and the cells that raised while the notebook ran
     (``cell_errors``). ``grade_folder`` calls this in a sandboxed process per notebook, with

@@ -5,8 +5,8 @@ Nothing of the notebook runs there but the definitions its graded functions need
 source and held to a policy (``definitions.py``): a cell that replaced a measuring helper of the
 package in the kernel (lab 03's ``ratio_gradient``, lab 05's ``_bound_call``) replaced nothing
 here. The process starts before the learner's kernel does (it imports torch and the lab's
-checks while the notebook runs) and makes itself not dumpable first, before it imports anything
-and before the kernel starts, so no process of the same user (the kernel, or one it left
+checks while the notebook runs) and makes itself not dumpable first (having imported only
+``ctypes`` and ``sys``), before the kernel starts and so before any learner code exists, so no process of the same user (the kernel, or one it left
 behind) can open its memory; it talks to the judge through two
 pipes only the judge holds. The judge asks it as it asks a kernel (``judge.Kernel``): same
 requests, same answers as data, same stand-ins for the check's instruments.
@@ -41,7 +41,7 @@ sys.stdout.flush()
 from grpo_minimal.instructor.measurer import _serve
 _serve()
 """
-"""The measurer's first lines: not dumpable before it imports anything, then ready."""
+"""The measurer's first lines: not dumpable before it imports the package, then ready."""
 
 
 def start(modules: list[str]) -> subprocess.Popen:

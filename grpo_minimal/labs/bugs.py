@@ -396,8 +396,9 @@ def _bound_apply(fn: Callable, name: str, helper: str, *args: Any, **kwargs: Any
 
 
 class _BoundInKernel(InKernel):
-    """A learner's function judged apart (``instructor.judge``), bound in its kernel as ``bind``
-    binds it here; ``beside(self, helper, ...)`` runs ``helper`` there too."""
+    """A learner's function judged apart (``instructor.judge``), bound where it runs (the
+    measurer) as ``bind`` binds it here; ``beside(self, helper, ...)`` runs ``helper`` there
+    too."""
 
     def __init__(self, fn: InKernel, name: str) -> None:
         self.fn, self.name = fn, name
@@ -417,7 +418,7 @@ def _measured(
     mistakes: Sequence[Mistake] = (),
 ) -> None:
     """Run ``probe(fn bound to the reference trainer's other exercises, *case.args)`` on every
-    case (bound in the kernel when judged apart); the expected value is the probe of
+    case (bound in the measurer when judged apart); the expected value is the probe of
     the reference function unless the case gives one. Each of ``mistakes`` (a wrong version of
     the function) is probed the same way, for its hint."""
     require_function(fn, name)

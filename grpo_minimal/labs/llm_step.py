@@ -418,7 +418,7 @@ def _logps_view(fn: Callable) -> Callable:
 
 def _called_noting_gradient(fn: Callable, *args: Any) -> tuple[Any, bool]:
     """``fn(*args)``, and whether its first output carries a gradient: asked where ``fn`` runs
-    (its kernel, when judged apart; what comes back from there is detached data)."""
+    (the measurer, when judged apart; what comes back from there is detached data)."""
     out = fn(*args)
     first = out[0] if isinstance(out, tuple | list) and out else None
     return out, bool(isinstance(first, torch.Tensor) and first.requires_grad)
@@ -1159,8 +1159,9 @@ def _train(step: Callable, cfg: MathConfig, progress: bool) -> TrainingRun | Non
 
 
 def _trained(step: Callable, cfg: MathConfig) -> tuple[dict, list[float], float] | None:
-    """Run where ``step`` lives (its kernel): the run's weights, sampled rewards and seconds.
-    The notebook's own run with the same ``cfg`` is reused (``train_with_step``'s cache)."""
+    """Run where ``step`` lives (the measurer, when judged apart): the run's weights, sampled
+    rewards and seconds. A run with the same ``step`` and ``cfg`` in that process is reused
+    (``train_with_step``'s cache); the notebook's own run, in its kernel, is not."""
     run = train_with_step(step, cfg)
     return None if run is None else (run.weights, run.rewards, run.seconds)
 
@@ -1169,8 +1170,9 @@ _HELD_OUT_ACCURACY: dict[tuple, float] = {}
 
 
 def _judged_training(step: InKernel, cfg: MathConfig) -> TrainingRun | None:
-    """The learner's run trains in their kernel; its weights come back as data and are scored
-    here, in a fresh model of the shipped architecture: no accuracy the kernel reports counts."""
+    """The learner's run trains where their step runs (the measurer); its weights come back as
+    data and are scored here, in a fresh model of the shipped architecture: no accuracy reported
+    from there counts."""
     trained = step.apply(_trained, cfg)
     if trained is None:
         return None

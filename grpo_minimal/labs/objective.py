@@ -234,7 +234,7 @@ def ratio_gradient(fn: Callable, ratio, advantages, epsilon, epsilon_high=None):
 
 
 def _ratio_gradient(fn: Callable) -> Callable:
-    """``ratio_gradient`` of ``fn``, computed where ``fn`` lives (its kernel, when judged)."""
+    """``ratio_gradient`` of ``fn``, computed where ``fn`` lives (the measurer, when judged)."""
     return lambda *args: beside(fn, ratio_gradient, *args)
 
 
