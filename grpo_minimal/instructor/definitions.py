@@ -70,7 +70,9 @@ MUTATORS = frozenset({
     "append", "clear", "discard", "extend", "insert", "pop", "popitem", "remove", "setdefault",
     "update",
 })  # fmt: skip
-"""Methods that change a container in place: not called on anything of the module's."""
+"""Methods that change a container in place: not used, called or read, on anything that is not
+the function's own; called at the top level, they make the name they change unreadable."""
+
 
 def told(name: str, reason: str) -> str:
     """What a learner reads for a refused function, in grading and in ``lab check`` alike (the
