@@ -396,7 +396,7 @@ class Refused(InKernel):
         self.reason, self.source = reason, list(source)
 
     def __repr__(self) -> str:
-        return f"(not run: {self.reason})"
+        return f"({self.reason})"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         error = RefusedDefinition(self.reason)
@@ -415,7 +415,7 @@ class RefusedDefinition(LearnerError):
 
 
 class RemoteFunction(InKernel):
-    """The learner's function ``name``, called in ``kernel`` (the measurer, when judged apart);
+    """The learner's function ``name``, called in ``kernel`` (the notebook's, or the measurer);
     what it returns comes back as data and what it did to its arguments is copied back onto the
     caller's."""
 
