@@ -16,7 +16,11 @@ file's own).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     runs = json.loads(args.out.read_text())["runs"] if args.out.exists() else {}
     scores: dict[str, dict[str, float]] = {}
+    possible: dict[str, float] = {}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="helper-patches-") as folder:
         built = Path(folder)
@@ -68,9 +73,19 @@ def main() -> None:
                 exercises, _, _ = grading.grade_notebook_file(notebook, built / "grader")
                 scores[f"{lab} {kind}"] = {e.name: e.score for e in exercises}
                 total = sum(scores[f"{lab} {kind}"].values())
-                possible = sum(e.possible for e in exercises)
-                print(f"{lab:18} {kind:8} {total:g} / {possible:g}", flush=True)
-    runs[args.label] = {"scores": scores, "seconds": round(time.perf_counter() - start, 1)}
+                possible[lab] = sum(e.possible for e in exercises)
+                print(f"{lab:18} {kind:8} {total:g} / {possible[lab]:g}", flush=True)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    changed = subprocess.run(["git", "status", "--short", "grpo_minimal"], cwd=ROOT,
+                             capture_output=True, text=True).stdout.strip()  # fmt: skip
+    runs[args.label] = {
+        "date": datetime.date.today().isoformat(), "machine": platform.machine(),
+        "cpus": os.cpu_count(), "checkout": head,
+        "package_differs_from_checkout": bool(changed),  # an older grpo_minimal/ checked out
+        "possible": possible, "scores": scores,
+        "seconds": round(time.perf_counter() - start, 1),
+    }  # fmt: skip
     args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
 
 

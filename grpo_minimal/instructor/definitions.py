@@ -312,7 +312,7 @@ def _refused_node(node: ast.AST, scopes: list[set[str]], aliases: set[str],
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 if alias.name == "*" or alias.name.startswith("_") or (
-                        alias.name in FORBIDDEN_ATTRIBUTES):
+                        alias.name in FORBIDDEN_ATTRIBUTES | FORBIDDEN_MODULES):
                     return f"imports `{alias.name}` from `{node.module}`"
         return None
     if isinstance(node, ast.Name):
