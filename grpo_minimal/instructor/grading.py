@@ -182,11 +182,11 @@ def refused_definitions(cells: list[str], tests: dict[str, str]) -> dict[str, st
     from otter.test_files import ExceptionTestFile
 
     from grpo_minimal.instructor.definitions import definitions, told
+    from grpo_minimal.instructor.judging import names_taken
     from grpo_minimal.labs.source import bound_names, statements
 
-    uses = {name: {param for case in ExceptionTestFile.from_string(source, path=f"{name}.py")
-                   .test_cases for param in case.body._get_func_params()}
-            for name, source in tests.items()}  # fmt: skip
+    uses = {name: names_taken(ExceptionTestFile.from_string(source, path=f"{name}.py"))
+            for name, source in tests.items()}
     functions = set()  # what the kernel would find to be functions: defs, lambdas, imports, aliases
     for statement in statements(cells):
         if isinstance(statement, ast.FunctionDef | ast.Import | ast.ImportFrom) or (

@@ -232,6 +232,7 @@ class Kernel:
     one request at a time through two files in ``folder``."""
 
     called = "the notebook's kernel"  # in what a failing check says
+    refused: dict[str, str] = {}  # functions not to be called here, and why (the measurer's)
 
     def __init__(self, client, folder: Path, source: list[str] = ()) -> None:
         self.client, self.folder = client, Path(folder).resolve()
@@ -364,7 +365,7 @@ def environment(described: dict[str, Any], functions: Kernel) -> dict[str, Any]:
             env[name] = kind
         elif not isinstance(kind, tuple) or not kind:
             continue
-        elif kind[0] == "function" and name in getattr(functions, "refused", {}):
+        elif kind[0] == "function" and name in functions.refused:
             env[name] = Refused(told(name, functions.refused[name]), functions.source)
         elif kind[0] == "function":
             env[name] = RemoteFunction(functions, name)

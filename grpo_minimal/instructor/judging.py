@@ -78,8 +78,7 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int,
     reports: list[str] = []
     graded = _graded_cells(executed)
     source = [str(cell.get("source", "")) for _, cell in graded]
-    every_name = sorted({name for f in files for case in f.test_cases
-                         for name in case.body._get_func_params()})  # fmt: skip
+    every_name = sorted({name for test_file in files for name in names_taken(test_file)})
     process = None
     if measured:  # before the kernel: no learner code exists yet
         modules = sorted({m for text in tests.values() for m in _LAB_MODULE.findall(text)})
@@ -114,6 +113,11 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int,
     return {f.name: f for f in files}, reports, executed
 
 
+def names_taken(test_file) -> set[str]:
+    """The notebook's names an otter test file's checks take (its functions and answers)."""
+    return {name for case in test_file.test_cases for name in case.body._get_func_params()}
+
+
 def _run_checks(files: list, env: dict[str, Any], reports: list[str]) -> None:
     """Run every test file on the names it takes from ``env``, the checks' reports kept."""
     from grpo_minimal.labs import checking
@@ -121,9 +125,7 @@ def _run_checks(files: list, env: dict[str, Any], reports: list[str]) -> None:
     saved, checking.REPORTS = checking.REPORTS, reports
     try:
         for test_file in files:
-            names = {name for case in test_file.test_cases
-                     for name in case.body._get_func_params()}  # fmt: skip
-            test_file.run({name: env[name] for name in names if name in env})
+            test_file.run({name: env[name] for name in names_taken(test_file) if name in env})
     finally:
         checking.REPORTS = saved
 
