@@ -26,12 +26,13 @@ from pathlib import Path
 import psutil
 import pytest
 from lab_helpers import GRADER_SECRET, PACKAGE_ANSWERS_01, TAMPERING, filled_lab
+from ordinary_user import NOBODY, ORDINARY_GID, as_nobody, can_run_as_nobody
 
 from grpo_minimal import cli
 from grpo_minimal.instructor import cgroups, sandbox
 from grpo_minimal.instructor.build import GRADE_WITH, STUDENT_DIR, build_labs, lab_seed
 from grpo_minimal.instructor.feedback import learner_message
-from grpo_minimal.instructor.grading import checks_at_the_end
+from grpo_minimal.instructor.grading import checks_at_the_end, lab_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = GRADER_SECRET
@@ -117,6 +118,8 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
                 "    return population_std_advantages(rewards, num_generations)")  # fmt: skip
     filled_lab(student, wrong, folder / "w-wrong.ipynb")
     filled_lab(student, {**wrong, 0: wrong[0] + "\n" + TAMPERING}, folder / "h-tampers.ipynb")
+    points = lab_exercises(grader / f"{LAB}-autograder.zip")
+    filled_lab(student, {0: _forger(points)}, folder / "f-forges.ipynb")
     # an endless loop that sleeps: the time limit stops it all the same, and it leaves the CPU
     # to the other job (a busy one burnt TIMEOUT_S of CI's 2 cores for nothing)
     filled_lab(student, {0: "import time\nwhile True:\n    time.sleep(0.1)"},
@@ -153,20 +156,84 @@ def _marked_processes() -> list[psutil.Process]:
     return found
 
 
+def _nobodys_processes(besides: dict[int, str] | None = None) -> dict[int, str]:
+    """Nobody's processes (pid: command line) but those in ``besides``; a sandbox's processes
+    are killed with its init, so some may still be ending: waits up to 10 s for them."""
+    deadline = time.monotonic() + (10 if besides is not None else 0)
+    while True:
+        found = {p.pid: " ".join(p.info["cmdline"] or []) for p in
+                 psutil.process_iter(["uids", "cmdline"]) if p.info["uids"].real == NOBODY
+                 and p.pid not in (besides or {})}  # fmt: skip
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def _grade_as_nobody(folder: Path, grader: Path) -> tuple[Path, Path, str]:
+    """The class graded by ``lab grade`` run by a real ordinary user (nobody) who owns the class,
+    the graders and the output folder, as an instructor owns theirs; returns the class folder,
+    the graders, the grades file and what the command said on stderr."""
+    home = Path(tempfile.mkdtemp(prefix="trust-nobody-", dir="/tmp"))  # open to nobody
+    home.chmod(0o755)
+    shutil.copytree(folder, home / "class")
+    shutil.copytree(grader, home / "grader")
+    for sub in ("out", "tmp"):
+        (home / sub).mkdir()
+    for path in (home, *home.rglob("*")):
+        os.chown(path, NOBODY, NOBODY)
+    grades = home / "out" / "grades.csv"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home / "tmp"),
+           "GRPO_CANARY": CANARY, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # fmt: skip
+    done = as_nobody([sys.executable, "-m", "grpo_minimal", "lab", "grade", str(home / "class"),
+                      "--out", str(grades), "--grader", str(home / "grader"),
+                      "--timeout", str(TIMEOUT_S), "--jobs", "2"], env, [])  # fmt: skip
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    return home, grades, done.stderr
+
+
 @needs_bwrap
-def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["this user", "nobody"])
+def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(mode, grader, tmp_path, monkeypatch):
+    """The class graded as the test runs (root in CI: each job its own user id and cgroup), and
+    as a real ordinary user (nobody, from root): each job a user namespace of the instructor's
+    own user, where bwrap's init runs as the learner's kernel does (the forger's route)."""
+    if mode == "nobody" and can_run_as_nobody():
+        pytest.skip(can_run_as_nobody())
     folder = tmp_path / "class"
     folder.mkdir()
     submitted = _class_folder(folder, grader)
-    zips = {p.name: p.read_bytes() for p in grader.glob("*.zip")}
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where grading keeps its copies
-    monkeypatch.setenv("GRPO_CANARY", CANARY)
     grades = tmp_path / "out" / "grades.csv"
-    code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),
-                     "--timeout", str(TIMEOUT_S), "--jobs", "2"])  # fmt: skip
-    assert code == 0
+    if mode == "nobody":
+        before = _nobodys_processes()
+        home, grades, said = _grade_as_nobody(folder, grader)
+        folder, grader, scratch = home / "class", home / "grader", home / "tmp"
+        assert said.startswith("lab grade: no cgroup per job") and said.count("\n") == 1, said
+    else:
+        monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where grading keeps its copies
+        monkeypatch.setenv("GRPO_CANARY", CANARY)
+    zips = {p.name: p.read_bytes() for p in grader.glob("*.zip")}
+    try:
+        if mode == "this user":
+            code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader",
+                             str(grader), "--timeout", str(TIMEOUT_S), "--jobs", "2"])  # fmt: skip
+            assert code == 0
+        _assert_graded_fairly(grades, folder, grader, scratch, submitted, zips)
+        # nothing outlives grading: no process, no cgroup
+        assert not _marked_processes()
+        if mode == "nobody":
+            assert not _nobodys_processes(besides=before)
+        else:
+            assert not cgroups.left_behind(os.getpid())  # this grading's (another may run now)
+    finally:
+        if mode == "nobody":
+            shutil.rmtree(home)
+
+
+def _assert_graded_fairly(grades: Path, folder: Path, grader: Path, scratch: Path,
+                          submitted: dict[str, bytes], zips: dict[str, bytes]) -> None:  # fmt: skip
+    out = grades.parent
     rows = {row["notebook"]: row for row in csv.DictReader(grades.open())}
     assert sorted(rows) == sorted(submitted)  # one row each
     assert all(float(row["possible"]) == 8 for row in rows.values() if row["lab"] == LAB)
@@ -178,12 +245,16 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, m
     assert float(rows["w-wrong.ipynb"]["total"]) < 8  # the zips were not rewritten
     # replacing the checks in its kernel changes no score (they run outside it)
     assert rows["h-tampers.ipynb"]["total"] == rows["w-wrong.ipynb"]["total"]
+    # a full-marks line written where the grading process writes its result: what a stub
+    # scores (zeros are wrong everywhere), with its own failures
+    forged = rows["f-forges.ipynb"]
+    assert float(forged["total"]) == 0 and forged["group_advantages first failure"], forged
     assert f"time limit of {TIMEOUT_S} s" in rows["b-loops.ipynb"]["problem"]
     assert rows["h-fork-bomb.ipynb"]["lab"] == LAB  # held at the process limit, graded or not
     assert "cell" in rows["c-syntax.ipynb"]["problem"]
     assert "SyntaxError" in rows["c-syntax.ipynb"]["problem"]
     assert "not a lab notebook" in rows["d-not-a-lab.ipynb"]["problem"]
-    feedback = tmp_path / "out" / "grades-feedback"
+    feedback = out / "grades-feedback"
     assert "time limit" in (feedback / "b-loops.txt").read_text()
     assert "not a lab notebook" in (feedback / "d-not-a-lab.txt").read_text()
     assert float(rows["h-leaks.ipynb"]["total"]) < 8
@@ -192,63 +263,41 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(grader, tmp_path, m
     for name in ("m-cells-null", "m-cells-strings", "m-source-number"):
         row = rows.get(f"{name}.ipynb")
         assert row["problem"], row  # graded or not, the reason is said
-    # nothing submitted was lost or changed, nothing planted, no zip rewritten
+    # nothing submitted was lost or changed, nothing planted, no zip rewritten, no copy left
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == submitted
     assert {p.name: p.read_bytes() for p in grader.glob("*.zip")} == zips
-    # nothing outlives grading: no process, no folder of copies or hidden tests, no cgroup
-    assert not _marked_processes()
     assert list(scratch.iterdir()) == []
-    assert not cgroups.left_behind(os.getpid())  # this grading's (another test may grade now)
     # the learners' feedback holds no hidden value, no secret, no instructor's environment
     seed = str(lab_seed(SECRET, LAB))
-    everything = [grades.read_text(), *(p.read_text() for p in (tmp_path / "out").rglob("*.txt")
+    everything = [grades.read_text(), *(p.read_text() for p in out.rglob("*.txt")
                                         if "grades-feedback" in str(p))]  # fmt: skip
     for text in everything:
         assert CANARY not in text and seed not in text and str(SECRET) not in text
-    leaks = (tmp_path / "out" / "grades-feedback" / "h-leaks.txt").read_text()
+    leaks = (feedback / "h-leaks.txt").read_text()
     assert "raised ValueError" in leaks and len(max(leaks.splitlines(), key=len)) <= 300
-    wrong = (tmp_path / "out" / "grades-feedback" / "w-wrong.txt").read_text()
-    instructor = (tmp_path / "out" / "grades-instructor" / "w-wrong.txt").read_text()
+    wrong = (feedback / "w-wrong.txt").read_text()
+    instructor = (out / "grades-instructor" / "w-wrong.txt").read_text()
     inputs = [line.strip() for line in instructor.splitlines() if line.strip().startswith("input:")]
     shown = [line for line in inputs if line in wrong]
     assert "hidden case" in wrong and len(shown) < len(inputs)  # the instructor sees them all
 
 
 def _forger(points: dict[str, float]) -> str:
-    """A lab 01 cell that writes a full-marks result to the pipe the grader reads, through
-    bwrap's init (pid 1, which holds it), then an unfinished line that would break the grading
-    process's own; its function is a stub."""
+    """A lab 01 cell with a stub function that writes a full-marks result to the pipe the
+    grading process writes its own to, through bwrap's init (pid 1, which holds it), then an
+    unfinished line that would break the grading process's own. Graded as an ordinary user the
+    sandbox is a user namespace whose init runs as the kernel does, so the kernel can open it."""
     forged = json.dumps({"exercises": [
         {"name": n, "score": p, "possible": p, "failures": [], "hidden": []}
-        for n, p in points.items()], "reports": [], "cell_errors": []})  # fmt: skip
-    return (f"with open('/proc/1/fd/1', 'w') as channel:\n"
-            f"    channel.write({forged!r} + '\\n' + '{{\"broken\": ')\n"
-            "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
-            "    return rewards * 0")  # fmt: skip
-
-
-@needs_bwrap
-def test_a_result_forged_through_the_sandboxs_init_scores_nothing(grader, tmp_path, monkeypatch):
-    """Graded as an ordinary user, the sandbox is a user namespace whose init runs as the
-    learner's kernel does, so the kernel can open init's stdout: the channel the grading process
-    writes its result to. Built that way here (as root: no job user id), a stub that writes a
-    full-marks line there scores what a stub scores; the right notebook beside it, full marks."""
-    from grpo_minimal.instructor.classroom import grade_folder
-    from grpo_minimal.instructor.grading import lab_exercises
-
-    monkeypatch.setattr(sandbox, "job_uid", lambda slot: None)  # the ordinary user's sandbox
-    folder = tmp_path / "class"
-    folder.mkdir()
-    student = ROOT / STUDENT_DIR / f"{LAB}.ipynb"
-    points = lab_exercises(grader / f"{LAB}-autograder.zip")
-    filled_lab(student, {0: _forger(points)}, folder / "forges.ipynb")
-    filled_lab(student, dict(PACKAGE_ANSWERS_01), folder / "right.ipynb")
-    rows = {row["notebook"]: row for row in grade_folder(
-        folder, tmp_path / "out" / "grades.csv", grader, TIMEOUT_S, jobs=2)}  # fmt: skip
-    assert rows["right.ipynb"]["total"] == sum(points.values()), rows["right.ipynb"]
-    # what its stub earns (zeros are wrong everywhere), with its own failures: the real result
-    assert rows["forges.ipynb"]["total"] == 0, rows["forges.ipynb"]
-    assert rows["forges.ipynb"]["group_advantages first failure"], rows["forges.ipynb"]
+        for n, p in points.items()], "reports": [], "cell_errors": [],
+        "syntax_errors": []})  # every field the grader checks: only the signature is missing  # fmt: skip
+    return ("def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
+            "    return rewards * 0\n"
+            "try:\n"
+            "    with open('/proc/1/fd/1', 'w') as channel:\n"
+            f"        channel.write({forged!r} + '\\n' + '{{\"broken\": ')\n"
+            "except OSError:\n"
+            "    pass")  # fmt: skip
 
 
 def test_hidden_cases_show_name_hint_and_exception_line_only():
@@ -557,17 +606,6 @@ def test_no_sandbox_grades_with_the_instructors_rights(grader, tmp_path):
     assert float(row["total"]) == float(row["possible"]) == 8
 
 
-ORDINARY_GID = 4242  # a supplementary group of the ordinary user below, and no one else's
-
-
-def _as_an_ordinary_user(argv: list[str]) -> subprocess.CompletedProcess:
-    """``argv`` run as nobody, in the supplementary group ``ORDINARY_GID``: a real unprivileged
-    user (bwrap then makes its user namespace itself), as an instructor on a laptop is."""
-    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534",
-                           f"--groups={ORDINARY_GID}", "--", *argv],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-
-
 @needs_bwrap
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
 def test_an_ordinary_users_group_rights_and_namespaces_stay_outside(monkeypatch):
@@ -575,7 +613,7 @@ def test_an_ordinary_users_group_rights_and_namespaces_stay_outside(monkeypatch)
     the user's supplementary groups may read (``/etc/shadow`` for the shadow group) cannot be
     read inside, though the kernel keeps the group's rights in the user namespace; without the
     cover it can (the control). No user namespace can be made inside, and /tmp has the job's
-    size. Shell tools only: this user cannot reach the Python of a checkout under /root."""
+    size (shell tools: no Python needed)."""
     monkeypatch.setattr(sandbox, "job_uid", lambda slot: None)  # the command an ordinary user runs
     folder = Path(tempfile.mkdtemp(prefix="trust-ordinary-", dir="/tmp"))
     try:
@@ -600,7 +638,7 @@ def test_an_ordinary_users_group_rights_and_namespaces_stay_outside(monkeypatch)
             argv = sandbox.command(["sh", "-c", probe], scratch, [], [folder],
                                    {"PATH": "/usr/bin:/bin"}, 0, limits,
                                    groups={ORDINARY_GID} if cover else set())  # fmt: skip
-            done = _as_an_ordinary_user(argv)
+            done = as_nobody(argv, {"PATH": "/usr/bin:/bin"}, [], (ORDINARY_GID,), 60)
             if "setting up uid map" in done.stderr or "No permissions to create" in done.stderr:
                 pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()}")
             seen[cover] = done.stdout
