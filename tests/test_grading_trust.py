@@ -77,6 +77,16 @@ def _sleeper(how: str) -> str:
     }[how]
 
 
+FLOODS = (  # after the right answers: a 12 MiB cell, then floods of output, an error, the channel
+    "\npad = '" + "p" * (12 << 20) + "'\n"
+    "import sys\nsys.stdout.write('x' * 5 * 10**7)\nsys.stderr.write('y' * 5 * 10**7)\n"
+    "try:\n    with open('/proc/1/fd/1', 'w') as channel:  # the grading process's, as nobody\n"
+    "        for _ in range(1024):\n            channel.write('z' * (1 << 20))\n"
+    "except OSError:\n    pass\n"
+    "raise ValueError('e' * 5 * 10**7)"
+)
+
+
 def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
     """The class: two right notebooks around the hostile and malformed ones; returns each file's
     bytes as submitted."""
@@ -120,6 +130,7 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
                 "    return population_std_advantages(rewards, num_generations)")  # fmt: skip
     filled_lab(student, wrong, folder / "w-wrong.ipynb")
     filled_lab(student, {**wrong, 0: wrong[0] + "\n" + TAMPERING}, folder / "h-tampers.ipynb")
+    filled_lab(student, {**right, 0: right[0] + FLOODS}, folder / "h-floods.ipynb")
     points = lab_exercises(grader / f"{LAB}-autograder.zip")
     filled_lab(student, {0: _forger(points)}, folder / "f-forges.ipynb")
     # an endless loop that sleeps: the time limit stops it all the same, and it leaves the CPU
@@ -145,11 +156,12 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir()}
 
 
-def _marked_processes() -> list[psutil.Process]:
+def _marked_processes(uids: set[int] = frozenset()) -> list[psutil.Process]:
     """Processes a submission started: MARK in the command line or, grading as root, any
-    process of a user id this test process's jobs graded as (another test's grading, running
-    beside this one, has user ids of its own: ``sandbox.claim_slot``)."""
-    uids = set(sandbox.CLAIMED_UIDS)
+    process of a user id the grading's jobs graded as (``uids``, or this test process's own:
+    another test's grading, running beside this one, has user ids of its own:
+    ``sandbox.claim_slot``)."""
+    uids = set(uids) | sandbox.CLAIMED_UIDS
     found = []
     for process in psutil.process_iter(["cmdline", "uids"]):
         marked = MARK in " ".join(process.info["cmdline"] or [])
@@ -171,20 +183,45 @@ def _nobodys_processes(besides: dict[int, str] | None = None) -> dict[int, str]:
         time.sleep(0.5)
 
 
-def _grade_as_nobody(folder: Path, grader: Path, grades: Path, scratch: Path) -> str:
-    """``lab grade`` run by a real ordinary user (nobody); what it said on stderr."""
+GRADE = """
+import json, os, resource, sys
+import grpo_minimal.cli, grpo_minimal.instructor.classroom
+from grpo_minimal.instructor import sandbox
+imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    code = grpo_minimal.cli.main(sys.argv[1:])
+finally:  # the grading process's own peak, and the user ids its jobs graded as
+    print(json.dumps({"imported_kib": imported, "pid": os.getpid(),
+                      "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                      "uids": sorted(sandbox.CLAIMED_UIDS)}), file=sys.stderr)
+sys.exit(code)
+"""
+GRADER_MEMORY_MIB = 256
+"""What grading the class may add to the grading process's memory: per job at most a 16 MiB
+submission (held a few times over while its checks move to the end), 1 MiB of result and 1 MiB
+of log, with room. A flood read whole would pass it (the channel flood writes 1 GiB)."""
+
+
+def _grade(folder: Path, grader: Path, grades: Path, scratch: Path, nobody: bool) -> tuple[
+        list[str], dict]:  # fmt: skip
+    """``lab grade`` run as a process of its own, by this user or by a real ordinary user
+    (nobody); what it said on stderr, and its report (peak memory, pid, job user ids)."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch.parent), "TMPDIR": str(scratch),
            "GRPO_CANARY": CANARY, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # fmt: skip
-    done = as_nobody([sys.executable, "-m", "grpo_minimal", "lab", "grade", str(folder),
-                      "--out", str(grades), "--grader", str(grader),
-                      "--timeout", str(TIMEOUT_S), "--jobs", "2"], env, [])  # fmt: skip
+    argv = [sys.executable, "-c", GRADE, "lab", "grade", str(folder), "--out", str(grades),
+            "--grader", str(grader), "--timeout", str(TIMEOUT_S), "--jobs", "2"]  # fmt: skip
+    if nobody:
+        done = as_nobody(argv, env, [])
+    else:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    return done.stderr
+    *said, report = done.stderr.strip().splitlines()
+    return said, json.loads(report)
 
 
 @needs_bwrap
 @pytest.mark.parametrize("mode", ["this user", "nobody"])
-def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(mode, grader, tmp_path, monkeypatch):
+def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(mode, grader, tmp_path):
     """The class graded as the test runs (root in CI: each job its own user id and cgroup), and
     by a real ordinary user (nobody, from root) who owns the class folder, the graders and the
     output folder, as an instructor owns theirs: each job a user namespace of that user, where
@@ -206,22 +243,20 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(mode, grader, tmp_p
         if mode == "nobody":
             for path in (home, *home.rglob("*")):
                 os.chown(path, NOBODY, NOBODY)
-            before = _nobodys_processes()
-            said = _grade_as_nobody(folder, grader, grades, scratch)
-            assert said.startswith("lab grade: no cgroup per job") and said.count("\n") == 1, said
-        else:
-            monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where grading keeps copies
-            monkeypatch.setenv("GRPO_CANARY", CANARY)
-            code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader",
-                             str(grader), "--timeout", str(TIMEOUT_S), "--jobs", "2"])  # fmt: skip
-            assert code == 0
+        before = _nobodys_processes()
+        said, report = _grade(folder, grader, grades, scratch, mode == "nobody")
+        # nothing else said but, where no job has a cgroup, that in one line
+        assert all(line.startswith("lab grade: no cgroup per job") for line in said), said
+        assert len(said) == (mode == "nobody" or bool(cgroups.available())), said
         _assert_graded_fairly(grades, folder, grader, scratch, submitted, zips)
+        # the grading process's memory stays bounded, whatever the class sent it
+        grown = (report["peak_kib"] - report["imported_kib"]) / 1024
+        print(f"the grading process grew by {grown:.0f} MiB: {report}")  # -rP shows it
+        assert grown < GRADER_MEMORY_MIB, report
         # nothing outlives grading: no process, no cgroup
-        assert not _marked_processes()
-        if mode == "nobody":
-            assert not _nobodys_processes(besides=before)
-        else:
-            assert not cgroups.left_behind(os.getpid())  # this grading's (another may run now)
+        assert not _marked_processes(set(report["uids"]))
+        assert not _nobodys_processes(besides=before)
+        assert not cgroups.left_behind(report["pid"])  # this grading's (another may run now)
     finally:
         if mode == "nobody":
             shutil.rmtree(home)
@@ -238,6 +273,8 @@ def _assert_graded_fairly(grades: Path, folder: Path, grader: Path, scratch: Pat
     for name in ("h-files.ipynb", "h-sleepers.ipynb"):
         assert float(rows[name]["total"]) == 8, rows[name]  # harmless: right answers score
     assert float(rows["w-wrong.ipynb"]["total"]) < 8  # the zips were not rewritten
+    floods = rows["h-floods.ipynb"]  # its output stays in the sandbox; the channel's flood, a row
+    assert float(floods["total"]) == 8 or "passed 1 MiB" in floods["problem"], floods
     # replacing the checks in its kernel changes no score (they run outside it)
     assert rows["h-tampers.ipynb"]["total"] == rows["w-wrong.ipynb"]["total"]
     # a full-marks line written where the grading process writes its result: what a stub
