@@ -9,7 +9,9 @@ a failing test prints it, so the run can be repeated."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import json
 import os
 import secrets
@@ -77,19 +79,19 @@ def _sleeper(how: str) -> str:
     }[how]
 
 
-FLOODS = (  # after the right answers: a 12 MiB cell, then floods of output, an error, the channel
+FLOODS = (  # after cell 0's answer: a 12 MiB cell, floods of output and of an error, the channel
     "\npad = '" + "p" * (12 << 20) + "'\n"
     "import sys\nsys.stdout.write('x' * 5 * 10**7)\nsys.stderr.write('y' * 5 * 10**7)\n"
-    "try:\n    with open('/proc/1/fd/1', 'w') as channel:  # the grading process's, as nobody\n"
+    "try:\n    with open('/proc/1/fd/1', 'w') as channel:  # init's copy of the result pipe\n"
     "        for _ in range(1024):\n            channel.write('z' * (1 << 20))\n"
     "except OSError:\n    pass\n"
     "raise ValueError('e' * 5 * 10**7)"
 )
 
 
-def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
-    """The class: two right notebooks around the hostile and malformed ones; returns each file's
-    bytes as submitted."""
+def _class_folder(folder: Path, grader: Path, scratch: Path) -> dict[str, bytes]:
+    """The class: a right notebook and the reference solution around the hostile and malformed
+    ones; returns each file's bytes as submitted."""
     student = ROOT / STUDENT_DIR / f"{LAB}.ipynb"
     right = dict(PACKAGE_ANSWERS_01)
 
@@ -113,9 +115,10 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
             # every autograder zip turned into one that passes anything
             f"import glob\nfor z in glob.glob({str(grader)!r} + '/*.zip'):\n"
             "    open(z, 'wb').write(b'PK')",
-            # classmates' copies, wherever the system keeps temp files
-            "import glob, tempfile\nfor p in glob.glob(tempfile.gettempdir() + '/lab-*/**', "
-            "recursive=True):\n    open(p, 'w').write('{}') if p.endswith('.ipynb') else None")  # fmt: skip
+            # classmates' copies, where grading keeps them and wherever temp files go
+            f"import glob, tempfile\nfor where in ({str(scratch)!r}, tempfile.gettempdir()):\n"
+            "    for p in glob.glob(where + '/lab-*/**', recursive=True):\n"
+            "        open(p, 'w').write('{}') if p.endswith('.ipynb') else None")  # fmt: skip
     hostile("h-sleepers.ipynb", _sleeper("session"), _sleeper("double fork"))
     hostile("h-fork-bomb.ipynb",  # forks until the process limit refuses, children sleeping
             "import os, time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(600)\n"
@@ -152,54 +155,66 @@ def _class_folder(folder: Path, grader: Path) -> dict[str, bytes]:
     for name, notebook in malformed.items():
         (folder / f"{name}.ipynb").write_text(json.dumps(notebook))
     (folder / "m-deep.ipynb").write_text("[" * 100_000)
-    filled_lab(student, right, folder / "z-right.ipynb")
+    shutil.copy(grader / "solutions" / f"{LAB}.ipynb", folder / "z-solution.ipynb")
     return {p.name: p.read_bytes() for p in folder.iterdir()}
 
 
-def _marked_processes(uids: set[int] = frozenset()) -> list[psutil.Process]:
-    """Processes a submission started: MARK in the command line or, grading as root, any
-    process of a user id the grading's jobs graded as (``uids``, or this test process's own:
-    another test's grading, running beside this one, has user ids of its own:
-    ``sandbox.claim_slot``)."""
-    uids = set(uids) | sandbox.CLAIMED_UIDS
-    found = []
-    for process in psutil.process_iter(["cmdline", "uids"]):
-        marked = MARK in " ".join(process.info["cmdline"] or [])
-        if marked or (os.geteuid() == 0 and process.info["uids"].real in uids):
-            found.append(process)
-    return found
+def _nobodys_processes() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"].real == NOBODY}
 
 
-def _nobodys_processes(besides: dict[int, str] | None = None) -> dict[int, str]:
-    """Nobody's processes (pid: command line) but those in ``besides``; a sandbox's processes
-    are killed with its init, so some may still be ending: waits up to 10 s for them."""
-    deadline = time.monotonic() + (10 if besides is not None else 0)
+def _left_behind(uids: set[int] = frozenset(), before: set[int] = frozenset()) -> list[str]:
+    """The command lines of processes a submission left: MARK in the command line, a process of
+    one of ``uids`` (the job user ids the grading used, as root) whose job number no other
+    grading holds now (another test's grading, beside this one, may have taken it since), or
+    one of nobody's not in ``before``. A sandbox's processes die with its init, so some may
+    still be ending: waits up to 10 s for them."""
+    deadline = time.monotonic() + 10
     while True:
-        found = {p.pid: " ".join(p.info["cmdline"] or []) for p in
-                 psutil.process_iter(["uids", "cmdline"]) if p.info["uids"].real == NOBODY
-                 and p.pid not in (besides or {})}  # fmt: skip
+        with contextlib.ExitStack() as held:
+            ours = set()
+            for uid in uids:  # hold each free job number while looking: no one starts on it
+                lock = held.enter_context(
+                    open(sandbox.SLOT_LOCKS / f"slot-{uid - sandbox.SANDBOX_UID_BASE}.lock", "a"))
+                with contextlib.suppress(OSError):
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    ours.add(uid)
+            found = []
+            for process in psutil.process_iter(["cmdline", "uids"]):
+                command, uid = " ".join(process.info["cmdline"] or []), process.info["uids"].real
+                nobodys = uid == NOBODY and process.pid not in before
+                if MARK in command or uid in ours or nobodys:
+                    found.append(f"{process.pid} (uid {uid}): {command[:200]}")
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
 
 
 GRADE = """
-import json, os, resource, sys
+import json, os, sys
 import grpo_minimal.cli, grpo_minimal.instructor.classroom
 from grpo_minimal.instructor import sandbox
-imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def high_water_kib():
+    status = open("/proc/self/status").read().split("VmHWM:")[1]
+    return int(status.split()[0])
+
+with open("/proc/self/clear_refs", "w") as refs:
+    refs.write("5")  # the peak so far (the imports' passing allocations) set to what is held
+imported = high_water_kib()
 try:
     code = grpo_minimal.cli.main(sys.argv[1:])
 finally:  # the grading process's own peak, and the user ids its jobs graded as
-    print(json.dumps({"imported_kib": imported, "pid": os.getpid(),
-                      "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "uids": sorted(sandbox.CLAIMED_UIDS)}), file=sys.stderr)
+    print(json.dumps({"imported_kib": imported, "peak_kib": high_water_kib(),
+                      "pid": os.getpid(), "uids": sorted(sandbox.CLAIMED_UIDS)}), file=sys.stderr)
 sys.exit(code)
 """
 GRADER_MEMORY_MIB = 256
-"""What grading the class may add to the grading process's memory: per job at most a 16 MiB
-submission (held a few times over while its checks move to the end), 1 MiB of result and 1 MiB
-of log, with room. A flood read whole would pass it (the channel flood writes 1 GiB)."""
+"""What grading the class may add to `lab grade`'s peak memory after its imports. Per job at most
+a 16 MiB submission, held about four times while its checks move to the end (bytes, parsed,
+dumped, encoded: 64 MiB), a result read up to 1 MiB and parsed (a JSON line of 1 MiB of empty
+objects takes some 20 MiB) and 1 MiB of log: about 170 MiB for two jobs at once. A flood read
+whole passes it: the channel flood writes 1 GiB (graded as nobody, where the channel opens)."""
 
 
 def _grade(folder: Path, grader: Path, grades: Path, scratch: Path, nobody: bool) -> tuple[
@@ -220,7 +235,7 @@ def _grade(folder: Path, grader: Path, grades: Path, scratch: Path, nobody: bool
 
 
 @needs_bwrap
-@pytest.mark.parametrize("mode", ["this user", "nobody"])
+@pytest.mark.parametrize("mode", ["tester", "nobody"])
 def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(mode, grader, tmp_path):
     """The class graded as the test runs (root in CI: each job its own user id and cgroup), and
     by a real ordinary user (nobody, from root) who owns the class folder, the graders and the
@@ -228,8 +243,8 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(mode, grader, tmp_p
     bwrap's init runs as the learner's kernel does (the forger's route)."""
     if mode == "nobody" and (why := can_run_as_nobody()):
         pytest.skip(why)
-    home = tmp_path  # nobody's: a folder in /tmp (pytest's are root's alone)
-    if mode == "nobody":
+    home = tmp_path
+    if mode == "nobody":  # a folder in /tmp: pytest's lie in one that is root's alone
         home = Path(tempfile.mkdtemp(prefix="trust-nobody-", dir="/tmp"))
         home.chmod(0o755)
         grader = shutil.copytree(grader, home / "grader")
@@ -237,7 +252,7 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(mode, grader, tmp_p
         folder, scratch, out = home / "class", home / "tmp", home / "out"
         for made in (folder, scratch, out):
             made.mkdir()
-        submitted = _class_folder(folder, grader)  # its attacks name these folders
+        submitted = _class_folder(folder, grader, scratch)  # its attacks name these folders
         zips = {p.name: p.read_bytes() for p in grader.glob("*.zip")}
         grades = out / "grades.csv"
         if mode == "nobody":
@@ -248,33 +263,47 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(mode, grader, tmp_p
         # nothing else said but, where no job has a cgroup, that in one line
         assert all(line.startswith("lab grade: no cgroup per job") for line in said), said
         assert len(said) == (mode == "nobody" or bool(cgroups.available())), said
-        _assert_graded_fairly(grades, folder, grader, scratch, submitted, zips)
+        _assert_graded_fairly(grades, folder, grader, scratch, submitted, zips, mode)
         # the grading process's memory stays bounded, whatever the class sent it
         grown = (report["peak_kib"] - report["imported_kib"]) / 1024
         print(f"the grading process grew by {grown:.0f} MiB: {report}")  # -rP shows it
         assert grown < GRADER_MEMORY_MIB, report
         # nothing outlives grading: no process, no cgroup
-        assert not _marked_processes(set(report["uids"]))
-        assert not _nobodys_processes(besides=before)
+        assert not _left_behind(set(report["uids"]), before)
         assert not cgroups.left_behind(report["pid"])  # this grading's (another may run now)
     finally:
         if mode == "nobody":
             shutil.rmtree(home)
 
 
+HONEST = {  # what each notebook of the class earns by its answers alone (of 8)
+    "a-right": 8, "z-solution": 8, "h-files": 8, "h-sleepers": 8, "h-fork-bomb": 8,
+    "h-floods": 8, "h-leaks": 4, "f-forges": 0, "b-loops": 0, "c-syntax": 0, "d-not-a-lab": 0,
+    "m-otter-not-a-dict": 0, "m-cells-null": 0, "m-cells-strings": 0, "m-source-number": 0,
+    "m-escapes": 0, "m-deep": 0,
+    "w-wrong": None, "h-tampers": None,  # what the wrong answer earns on the drawn hidden cases
+}  # fmt: skip
+
+
 def _assert_graded_fairly(grades: Path, folder: Path, grader: Path, scratch: Path,
-                          submitted: dict[str, bytes], zips: dict[str, bytes]) -> None:  # fmt: skip
+                          submitted: dict[str, bytes], zips: dict[str, bytes], mode: str) -> None:  # fmt: skip
     out = grades.parent
     rows = {row["notebook"]: row for row in csv.DictReader(grades.open())}
-    assert sorted(rows) == sorted(submitted)  # one row each
+    assert sorted(rows) == sorted(submitted) == sorted(f"{n}.ipynb" for n in HONEST)  # one each
     assert all(float(row["possible"]) == 8 for row in rows.values() if row["lab"] == LAB)
-    for name in ("a-right.ipynb", "z-right.ipynb"):
+    for name, row in rows.items():  # no row above its honest score
+        honest = HONEST[name.removesuffix(".ipynb")]
+        assert honest is None or float(row["total"] or 0) <= honest, row
+    for name in ("a-right.ipynb", "z-solution.ipynb"):
         assert float(rows[name]["total"]) == 8 and not rows[name]["problem"], rows[name]
     for name in ("h-files.ipynb", "h-sleepers.ipynb"):
         assert float(rows[name]["total"]) == 8, rows[name]  # harmless: right answers score
     assert float(rows["w-wrong.ipynb"]["total"]) < 8  # the zips were not rewritten
     floods = rows["h-floods.ipynb"]  # its output stays in the sandbox; the channel's flood, a row
-    assert float(floods["total"]) == 8 or "passed 1 MiB" in floods["problem"], floods
+    if mode == "nobody":  # the channel is open to it: the attack happened
+        assert "passed 1 MiB" in floods["problem"], floods
+    else:
+        assert float(floods["total"]) == 8, floods
     # replacing the checks in its kernel changes no score (they run outside it)
     assert rows["h-tampers.ipynb"]["total"] == rows["w-wrong.ipynb"]["total"]
     # a full-marks line written where the grading process writes its result: what a stub
@@ -315,19 +344,21 @@ def _assert_graded_fairly(grades: Path, folder: Path, grader: Path, scratch: Pat
 
 
 def _forger(points: dict[str, float]) -> str:
-    """A lab 01 cell with a stub function that writes a full-marks result to the pipe the
-    grading process writes its own to, through bwrap's init (pid 1, which holds it), then an
-    unfinished line that would break the grading process's own. Graded as an ordinary user the
-    sandbox is a user namespace whose init runs as the kernel does, so the kernel can open it."""
+    """A lab 01 cell with a stub function that writes a full-marks result line, signed with a
+    made-up key, to the pipe the grading process writes its own to (through bwrap's init, pid 1,
+    which holds a copy), then an unfinished line that would break the grading process's own.
+    Graded as an ordinary user the sandbox is a user namespace whose init runs as the kernel
+    does, so the kernel can open it; as root, the job's user id cannot."""
     forged = json.dumps({"exercises": [
         {"name": n, "score": p, "possible": p, "failures": [], "hidden": []}
         for n, p in points.items()], "reports": [], "cell_errors": [],
-        "syntax_errors": []})  # every field the grader checks: only the signature is missing  # fmt: skip
+        "syntax_errors": []})  # every field the grader checks  # fmt: skip
+    record = json.dumps({"outcome": forged, "hmac": "0" * 64})  # only the key is missing
     return ("def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
             "    return rewards * 0\n"
             "try:\n"
             "    with open('/proc/1/fd/1', 'w') as channel:\n"
-            f"        channel.write({forged!r} + '\\n' + '{{\"broken\": ')\n"
+            f"        channel.write({record!r} + '\\n' + '{{\"broken\": ')\n"
             "except OSError:\n"
             "    pass")  # fmt: skip
 
@@ -488,7 +519,7 @@ def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):
     rows = list(csv.DictReader(grades.open()))
     assert [r["notebook"] for r in rows] == ["a-right.ipynb"] and float(rows[0]["total"]) == 8
     time.sleep(1)
-    assert not _marked_processes()
+    assert not _left_behind()
     assert list(scratch.iterdir()) == []
 
 
