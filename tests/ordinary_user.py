@@ -29,35 +29,37 @@ ORDINARY_GID = 4242  # a supplementary group of the ordinary user, and no one el
 
 
 def can_run_as_nobody() -> str:
-    """Why a test cannot run a command as nobody here, or "" when it can (root, the tools, and
-    user namespaces an unprivileged user may make: Ubuntu's AppArmor or Debian's
-    ``unprivileged_userns_clone=0`` refuse them)."""
+    """Why a test cannot run a command as nobody here, or "" when it can: root, the tools, and a
+    bwrap sandbox that nobody may build (Debian's ``unprivileged_userns_clone=0`` refuses the
+    user namespace; Ubuntu's AppArmor lets it be made but not given the uid map)."""
     if os.geteuid() != 0:
         return "needs root (to become nobody)"
     if missing := [tool for tool in ("setpriv", "unshare", "bwrap") if not shutil.which(tool)]:
         return f"needs {', '.join(missing)}"
     done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                           "unshare", "--user", "true"], capture_output=True, text=True)  # fmt: skip
-    return "" if done.returncode == 0 else f"nobody cannot make a user namespace: {done.stderr}"
+                           "bwrap", "--unshare-user", "--ro-bind", "/", "/", "true"],
+                          capture_output=True, text=True)  # fmt: skip
+    return "" if done.returncode == 0 else f"nobody cannot build a sandbox: {done.stderr.strip()}"
 
 
 def _top_private_folder(path: Path) -> Path | None:
     """The highest folder on the way to ``path`` that others may not enter, if any; ``path``
     itself must be open (a private one would need its entries bound one by one)."""
+    if path.is_dir() and not path.stat().st_mode & 0o001:
+        raise ValueError(f"{path} is private (mode {path.stat().st_mode & 0o777:o}): nobody "
+                         "cannot enter it even when it is bound back")  # fmt: skip
     for folder in reversed(path.parents):  # from / down
         if folder != folder.parent and not folder.stat().st_mode & 0o001:
             return folder
-    if not path.stat().st_mode & 0o001:
-        raise ValueError(f"{path} is private (mode {path.stat().st_mode & 0o777:o}): nobody "
-                         "cannot enter it even when it is bound back")  # fmt: skip
     return None
 
 
 def reachable(paths: list[Path], stage: Path) -> str:
     """A shell script (run as root in a mount namespace of its own) that leaves the system as it
     is but lets others reach each of ``paths``: the highest private folder above one is covered
-    by an empty one, the folders on the way are made open, and the path is bound back read-only
-    (from ``stage``, where it was bound first: once covered, it cannot be named)."""
+    by an empty one, the folders on the way are made open, and the path is bound back, its top
+    mount read-only (from ``stage``, where it was bound first: once covered, it cannot be
+    named)."""
     covers: list[Path] = []
     bound: list[Path] = []
     for path in sorted({Path(p).resolve() for p in paths}, key=lambda p: len(p.parts)):
