@@ -1,6 +1,7 @@
 """Grading a class you can trust (lab 01, built here): malformed and hostile submissions graded in
-one folder with correct ones. Every correct one gets its full points and every bad one a row with
-its reason; no submitted file is lost; no process, temporary folder or secret is left behind; a
+one folder with correct ones, as the tests run (root in CI) and by a real ordinary user. Every
+correct one gets its full points and every bad one a row with its reason, none above its honest
+score; no submitted file is lost; no process, temporary folder or secret is left behind; a
 learner's feedback holds no hidden input or expected value; Ctrl-C leaves the rows written so far
 and no process.
 
@@ -499,6 +500,7 @@ def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     grades = tmp_path / "grades.csv"
+    before = _nobodys_processes()
     process = subprocess.Popen(
         [sys.executable, "-m", "grpo_minimal", "lab", "grade", str(folder), "--out", str(grades),
          "--grader", str(grader), "--timeout", "600", "--jobs", "2"],
@@ -520,7 +522,7 @@ def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):
     rows = list(csv.DictReader(grades.open()))
     assert [r["notebook"] for r in rows] == ["a-right.ipynb"] and float(rows[0]["total"]) == 8
     time.sleep(1)
-    assert not _left_behind()
+    assert not _left_behind(before=before)
     assert list(scratch.iterdir()) == []
 
 
