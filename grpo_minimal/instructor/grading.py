@@ -236,8 +236,8 @@ def grade_notebook_file(
 
     A lab of ``JUDGED_APART`` runs its checks here, the learner's functions called in the
     notebook's kernel or, for ``MEASURED_APART``, in the measurer (``judging.py``; ``tests``:
-    the lab's test files, read from its zip when not given); the
-    others go through otter's runner, which checks in the kernel. Returns the results, what the
+    the lab's test files, read from its zip when not given); the others go through otter's
+    runner, which checks in the kernel. Returns the results, what the
     checks reported measuring and the cells that raised while the notebook ran
     (``cell_errors``). ``grade_folder`` calls this in a sandboxed process per notebook, with
     ``own_processes`` (its process-id namespace is the job's: ``judging.end_other_processes``);

@@ -6,9 +6,9 @@ source and held to a policy (``definitions.py``): a cell that replaced a measuri
 package in the kernel (lab 03's ``ratio_gradient``, lab 05's ``_bound_call``) replaced nothing
 here. The process starts before the learner's kernel does (it imports torch and the lab's
 checks while the notebook runs) and makes itself not dumpable first (having imported only
-``ctypes`` and ``sys``), before the kernel starts and so before any learner code exists, so no process of the same user (the kernel, or one it left
-behind) can open its memory; it talks to the judge through two
-pipes only the judge holds. The judge asks it as it asks a kernel (``judge.Kernel``): same
+``ctypes`` and ``sys``), before the kernel starts and so before any learner code exists, so no
+process of the same user (the kernel, or one it left behind) can open its memory; it talks to
+the judge through two pipes only the judge holds. The judge asks it as it asks a kernel (``judge.Kernel``): same
 requests, same answers as data, same stand-ins for the check's instruments.
 
 Started by ``start`` (``BOOT``); what it reads (the judge's, pickled) is trusted; what it writes
