@@ -218,8 +218,8 @@ PROFILE_STAGES = [
     ("  generate", "utils.py", "generate"),
     ("  sampling loop", "completions.py", "sample_with_kv_cache"),
     ("2 rewards", "rewards.py", "score_completions"),
-    ("4 reference log-probs", "lm_grpo.py", "fixed_logps"),
-    ("4+5 log-prob passes", "lm_grpo.py", "completion_logps"),
+    ("3 frozen log-probs", "lm_trainer.py", "frozen_logps"),
+    ("3+5 log-prob passes", "lm_trainer.py", "completion_logps"),
     ("5 backward", "_tensor.py", "backward"),
     ("5 optimizer", "optimizer.py", "wrapper"),
     ("  model forwards", "modeling_qwen2.py", "forward"),  # the tiny model

@@ -242,15 +242,18 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
         processes = trainer.accelerator.num_processes
         assert processes == world_size(), (processes, world_size())
     else:
-        from .course.reasoning import ReasoningTrainer  # it also logs how the completions reason
-        from .lm_grpo import LMGRPOTrainer
-        from .lm_ppo import LMPPOTrainer
+        from .course.reasoning import log_reasoning  # how the completions reason
 
-        trainer_cls = ReasoningTrainer if cfg.dataset == "reasoning" else LMGRPOTrainer
-        if isinstance(cfg, LMPPOConfig):
-            trainer_cls = LMPPOTrainer
-        _, history = train_math(cfg, model, tokenizer, train_rows, eval_rows, out_dir=out,
-                                progress=not args.no_progress, trainer_cls=trainer_cls)  # fmt: skip
+        _, history = train_math(
+            cfg,
+            model,
+            tokenizer,
+            train_rows,
+            eval_rows,
+            out_dir=out,
+            progress=not args.no_progress,
+            on_step=log_reasoning if cfg.dataset == "reasoning" else None,
+        )
         processes = 1
     plot_history(history, out / "learning_curve.png", title=f"{args.algo.upper()} on {cfg.dataset}")
     evals = [r for r in history if "eval_accuracy" in r]

@@ -26,9 +26,12 @@ SAMPLERS = ("generate", "loop")
 
 @dataclass
 class CompletionGroups:
-    """P distinct prompts x G completions = N rows; completion i answers prompt i // G.
+    """A rollout: P distinct prompts x G completions = N rows; completion i answers prompt i // G.
 
-    Prompts are stored once (left-padded), completions right-padded.
+    Prompts are stored once (left-padded), completions right-padded. The tensors a step adds
+    (``add``: old and reference log-probs, advantages, values, masks, later images) travel with
+    their rows: ``split`` and ``take`` slice every one of them together, as TRL's
+    ``split_tensor_dict`` does, and each is read as an attribute (``rollout.advantages``).
     """
 
     prompt_ids: torch.Tensor  # [P, Lp], one row per distinct prompt
@@ -38,36 +41,68 @@ class CompletionGroups:
     prompts: list[str] = field(default_factory=list)  # N prompt texts (each repeated G times)
     completions: list[str] = field(default_factory=list)  # N decoded completions
     rows: list[dict] = field(default_factory=list)  # N dataset rows, for the reward functions
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # per row: [N, ...] each
+    prompt_tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # per prompt: [P, ...]
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        # only called for names that are not fields: the tensors a step added
+        for added in (self.__dict__.get("tensors", {}), self.__dict__.get("prompt_tensors", {})):
+            if name in added:
+                return added[name]
+        raise AttributeError(f"this rollout holds no {name!r}")
 
     @property
     def num_generations(self) -> int:
         return self.completion_ids.shape[0] // self.prompt_ids.shape[0]
 
+    def add(self, **tensors: torch.Tensor | None) -> None:
+        """Attach per-row tensors ([N, ...]); a None value is left out (a pass that did not run)."""
+        for name, value in tensors.items():
+            if value is None:
+                continue
+            if value.shape[0] != self.completion_ids.shape[0]:
+                raise ValueError(f"{name} has {value.shape[0]} rows, the rollout "
+                                 f"{self.completion_ids.shape[0]}")
+            self.tensors[name] = value
+
+    def get(self, name: str) -> torch.Tensor | None:
+        """An added tensor, or None when the step did not add it (``ref_logps`` at beta 0)."""
+        return self.tensors.get(name, self.prompt_tensors.get(name))
+
+    def select(self, prompts, rows) -> CompletionGroups:
+        """The given prompts and rows (indices or slices), every tensor sliced alike."""
+        pick = (lambda items: items[rows]) if isinstance(rows, slice) else (
+            lambda items: [items[i] for i in rows])
+        return CompletionGroups(
+            self.prompt_ids[prompts], self.prompt_mask[prompts],
+            self.completion_ids[rows], self.completion_mask[rows],
+            pick(self.prompts), pick(self.completions), pick(self.rows),
+            {name: value[rows] for name, value in self.tensors.items()},
+            {name: value[prompts] for name, value in self.prompt_tensors.items()},
+        )
+
     def take(self, prompts: torch.Tensor) -> CompletionGroups:
         """The groups of the given prompt indices, in that order (PPO's shuffled minibatches)."""
         G = self.num_generations
-        rows = (prompts[:, None] * G + torch.arange(G)).flatten().tolist()
-        return CompletionGroups(self.prompt_ids[prompts], self.prompt_mask[prompts],
-                                self.completion_ids[rows], self.completion_mask[rows],
-                                [self.prompts[i] for i in rows], [self.completions[i] for i in rows],
-                                [self.rows[i] for i in rows])  # fmt: skip
+        return self.select(prompts, (prompts[:, None] * G + torch.arange(G)).flatten().tolist())
 
-    def split(self, parts: int) -> list[tuple[slice, CompletionGroups]]:
-        """``parts`` equal micro-batches of whole groups: (their rows, the micro-rollout)."""
+    def split(self, parts: int) -> list[CompletionGroups]:
+        """``parts`` equal micro-batches of whole groups, in order."""
         G, prompts = self.num_generations, self.prompt_ids.shape[0]
         if prompts % parts:  # unequal micro-batches would weight the loss unevenly
             raise ValueError(
                 f"gradient_accumulation_steps={parts} must divide the number of prompts in a "
                 f"step, got {prompts} prompts"
             )
-        size, micro = prompts // parts, []
-        for start in range(0, prompts, size):
-            p, r = slice(start, start + size), slice(start * G, (start + size) * G)
-            micro.append((r, CompletionGroups(self.prompt_ids[p], self.prompt_mask[p],
-                                              self.completion_ids[r], self.completion_mask[r],
-                                              self.prompts[r], self.completions[r],
-                                              self.rows[r])))  # fmt: skip
-        return micro
+        size = prompts // parts
+        return [self.select(slice(start, start + size), slice(start * G, (start + size) * G))
+                for start in range(0, prompts, size)]
+
+    def shuffled(self, parts: int, generator: torch.Generator) -> list[CompletionGroups]:
+        """``parts`` minibatches of whole groups in a random order drawn from ``generator``."""
+        prompts = self.prompt_ids.shape[0]
+        order, size = torch.randperm(prompts, generator=generator), prompts // parts
+        return [self.take(order[first : first + size]) for first in range(0, prompts, size)]
 
 
 def mask_after_eos(completion_ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:

@@ -65,9 +65,9 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from .completions import CompletionGroups, truncated_fraction
+from .completions import CompletionGroups
 from .config import check_range, option, override
-from .lm_grpo import LMGRPOTrainer, adamw_groups, completion_logits, completion_logps
+from .lm_trainer import LMTrainer, adamw_groups, completion_logits, completion_logps
 from .losses import (
     aggregate_loss,
     clipped_surrogate,
@@ -78,8 +78,7 @@ from .losses import (
     policy_ratio,
 )
 from .math_config import MathConfig
-from .ppo import gae, value_loss
-from .rewards import reward_stats, score_completions
+from .ppo import explained_variance, gae, value_loss
 
 # MathConfig fields that only GRPO reads: setting one for PPO is a mistake, said in one line
 GRPO_ONLY = ("scale_rewards", "use_bias_correction_kl")
@@ -176,25 +175,43 @@ class LMPPOConfig(MathConfig):
 
 
 class ValueModel(nn.Module):
-    """The critic V(s_t): a copy of the policy's transformer body and a scalar head.
+    """The critic V(s_t): a transformer body (a causal LM without its head) and a scalar head.
 
     Its forward has a causal LM's signature and returns one "logit" per position, the value, so
-    ``lm_grpo.completion_logits`` (the policy's own pass) gives V(s_t) for every completion
-    token with no second copy of that code (``completion_values``).
+    ``lm_trainer.completion_logits`` (the policy's own pass) gives V(s_t) for every completion
+    token with no second copy of that code (``completion_values``). The head starts at zero:
+    V = 0 everywhere at the first step. ``course.memory`` plans the same class.
     """
 
-    def __init__(self, policy) -> None:
+    def __init__(self, body: nn.Module, hidden_size: int) -> None:
         super().__init__()
-        self.body = copy.deepcopy(policy.base_model)  # the decoder without its LM head
-        hidden = policy.config.hidden_size
-        self.head = nn.Linear(hidden, 1).to(next(policy.parameters()).device)
-        nn.init.zeros_(self.head.weight)  # V = 0 at first (the N details' value head)
+        self.body = body
+        self.head = nn.Linear(hidden_size, 1).to(next(body.parameters()).device)
+        nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int, use_cache=False):
-        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask,
-                           position_ids=position_ids, use_cache=use_cache).last_hidden_state  # fmt: skip
-        return SimpleNamespace(logits=self.head(hidden[:, -logits_to_keep:]))
+    @classmethod
+    def from_policy(cls, policy) -> ValueModel:
+        """A critic whose body is a copy of the policy's transformer body."""
+        return cls(copy.deepcopy(policy.base_model), policy.config.hidden_size)
+
+    @classmethod
+    def from_config(cls, config) -> ValueModel:
+        """A freshly initialised critic for a model ``config`` (the memory planner's)."""
+        from transformers import AutoModel
+
+        return cls(AutoModel.from_config(config), config.hidden_size)
+
+    def forward(
+        self, input_ids, attention_mask=None, position_ids=None, logits_to_keep: int = 0, use_cache=False
+    ):
+        hidden = self.body(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=use_cache,
+        ).last_hidden_state
+        return SimpleNamespace(logits=self.head(hidden[:, -logits_to_keep:]))  # 0 keeps all
 
 
 def completion_values(critic: ValueModel, rollout: CompletionGroups) -> torch.Tensor:
@@ -268,130 +285,96 @@ def ppo_lm_loss(
     return policy_loss + value_coef * v_loss, metrics
 
 
-def explained_variance(values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - Var(target - V) / Var(target) over the kept tokens: 1 is a perfect critic, 0 one no
-    better than a constant, below 0 worse."""
-    kept = mask.bool()
-    residual, target = (targets - values)[kept], targets[kept]
-    return (1.0 - residual.var() / target.var().clamp(min=1e-8)).item()
-
-
-class LMPPOTrainer(LMGRPOTrainer):
-    """Holds the policy, the critic, the reference, one AdamW for both and the config;
-    ``step(rows)`` is one PPO step. Sampling, scoring and the log-prob passes are GRPO's."""
+class LMPPOTrainer(LMTrainer):
+    """PPO on a causal LM: the policy, a critic (``ValueModel``) and one AdamW for both;
+    ``step(rows)`` is one PPO step."""
 
     name = "PPO"
 
     def __init__(self, cfg: LMPPOConfig, model, tokenizer, reward_funcs=None, reward_weights=None):
-        from transformers import get_scheduler
-
         if not isinstance(cfg, LMPPOConfig):
             raise TypeError(f"LMPPOTrainer needs an LMPPOConfig, got {type(cfg).__name__}")
-        super().__init__(cfg, model, tokenizer, reward_funcs, reward_weights)
-        self.critic = ValueModel(model).train()
-        critic_lr = cfg.critic_learning_rate or cfg.learning_rate
-        groups = [*adamw_groups(model, cfg.weight_decay),
-                  *({**g, "lr": critic_lr} for g in adamw_groups(self.critic, cfg.weight_decay))]  # fmt: skip
-        self.optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, fused=True)
-        updates = cfg.max_steps * cfg.num_iterations * cfg.num_minibatches
-        self.scheduler = get_scheduler(cfg.lr_scheduler_type, self.optimizer,
-                                       num_warmup_steps=0, num_training_steps=updates)  # fmt: skip
+        self.critic = ValueModel.from_policy(model).train()  # before the optimizer is built
         self.generator = torch.Generator().manual_seed(cfg.seed)  # minibatch order
+        super().__init__(cfg, model, tokenizer, reward_funcs, reward_weights)
+
+    def networks(self) -> list[nn.Module]:
+        return [self.model, self.critic]
+
+    def updates_per_step(self) -> int:
+        return self.cfg.num_iterations * self.cfg.num_minibatches
+
+    def param_groups(self) -> list[dict]:
+        """The policy's AdamW groups, then the critic's at ``critic_learning_rate``."""
+        critic_lr = self.cfg.critic_learning_rate or self.cfg.learning_rate
+        critic = [{**g, "lr": critic_lr} for g in adamw_groups(self.critic, self.cfg.weight_decay)]
+        return super().param_groups() + critic
 
     @torch.no_grad()
-    def fixed_values(self, rollout: CompletionGroups) -> torch.Tensor:
-        """Step 3: V(s_t) of the critic as it was when the completions were sampled."""
-        parts = []
-        for _, micro in rollout.split(self.cfg.gradient_accumulation_steps):
+    def frozen_values(self, rollout: CompletionGroups) -> torch.Tensor:
+        """Stage 3: V(s_t) of the critic as it was when the completions were sampled."""
+        start, parts = time.perf_counter(), []
+        for micro in rollout.split(self.cfg.gradient_accumulation_steps):
             with self.amp():
                 parts.append(completion_values(self.critic, micro))
+        self.timings["critic_s"] = time.perf_counter() - start
         return torch.cat(parts)
 
     def step(self, rows: Sequence[dict]) -> tuple[dict, CompletionGroups]:
-        """One PPO step on ``prompts_per_step`` dataset rows. Returns (metrics, rollout)."""
+        """One PPO step on ``prompts_per_step`` dataset rows. Returns (record, rollout)."""
         cfg = self.cfg
-        start = time.perf_counter()
-        self.critic.eval()
-        rollout = self.sample(rows)  # 1
-        sample_s = time.perf_counter() - start
-        scores, reward_means = score_completions(  # 2
-            self.reward_funcs, self.reward_weights, [r["prompt"] for r in rollout.rows],
-            rollout.completions, rollout.rows,
-        )  # fmt: skip
-        mask = rollout.completion_mask.to(self.device)
-        old_logps = self.fixed_logps(self.model, rollout)  # 3
-        ref_logps = self.fixed_logps(self.reference, rollout) if self.reference else None
-        critic_start = time.perf_counter()
-        old_values = self.fixed_values(rollout)
-        critic_s = time.perf_counter() - critic_start
-        rewards = token_rewards(torch.tensor(scores), old_logps, ref_logps, mask, cfg.beta)  # 4
-        advantages, targets = token_gae(rewards, old_values, mask, cfg.gae_lambda)
-        advantages = whiten(advantages, mask)
-        update_start = time.perf_counter()
-
-        self.model.train()
-        self.critic.train()
-        prompts = rollout.prompt_ids.shape[0]
-        size, G = prompts // cfg.num_minibatches, rollout.num_generations
-        sums: dict[str, float] = {}
-        for _ in range(cfg.num_iterations):  # 5
-            order = torch.randperm(prompts, generator=self.generator)
-            for first in range(0, prompts, size):
-                chosen = order[first : first + size]
-                self.optimizer.zero_grad(set_to_none=True)
-                minibatch = rollout.take(chosen)
-                index = (chosen[:, None] * G + torch.arange(G)).flatten().to(self.device)
-                for mb, micro in minibatch.split(cfg.gradient_accumulation_steps):
-                    rows_of = index[mb]
-                    with self.amp():
-                        logps = completion_logps(self.model, micro, cfg.temperature,
-                                                 share_prompts=self.share_prompts)[0]  # fmt: skip
-                        values = completion_values(self.critic, micro)
-                    loss, metrics = ppo_lm_loss(
-                        logps, old_logps[rows_of], advantages[rows_of], values,
-                        old_values[rows_of], targets[rows_of], mask[rows_of],
-                        epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
-                        value_clip=cfg.value_clip, value_coef=cfg.value_coef,
-                        loss_type=cfg.loss_type, max_completion_length=cfg.max_completion_length,
-                    )  # fmt: skip
-                    self.scaler.scale(loss / cfg.gradient_accumulation_steps).backward()
-                    for key, value in metrics.items():
-                        sums[key] = sums.get(key, 0.0) + value
-                self.scaler.unscale_(self.optimizer)
-                # clipped apart: the fresh critic's large early gradients must not shrink the
-                # policy's step (one joint norm would be dominated by them)
-                max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), max_norm)
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-                self.scheduler.step()
-        self.steps_done += 1
-        if self.reference is not None and cfg.ref_update_every:  # 6
-            if self.steps_done % cfg.ref_update_every == 0:
-                self.reference.load_state_dict(self.model.state_dict())
-
-        step_s = time.perf_counter() - start
-        updates = cfg.num_iterations * cfg.num_minibatches * cfg.gradient_accumulation_steps
-        kl = masked_mean(kl_k3(old_logps, ref_logps), mask).item() if ref_logps is not None else 0.0
-        record = {
-            "step": self.steps_done,
-            **reward_stats(scores, rollout.num_generations),
-            **{f"reward/{name}": value for name, value in reward_means.items()},
-            **{key: value / updates for key, value in sums.items()},
-            "loss": sums["policy_loss"] / updates,
-            "kl": kl,  # k3 of the sampling policy to the reference, as GRPO logs it
-            "explained_variance": explained_variance(old_values, targets, mask),
-            "grad_norm": float(grad_norm),
-            "learning_rate": self.scheduler.get_last_lr()[0],
-            "completion_length": rollout.completion_mask.sum(dim=1).float().mean().item(),
-            "truncated_fraction": truncated_fraction(rollout.completion_ids, self.eos_ids),
-            # seconds: sampling; the critic's pass over the rollout (its share of the update
-            # is inside update_s); the epochs of minibatch updates (policy and critic)
-            "sample_s": round(sample_s, 4),
-            "critic_s": round(critic_s, 4),
-            "update_s": round(time.perf_counter() - update_start, 4),
-            "step_s": round(step_s, 4),
-            "completions_per_s": len(rollout.completions) / step_s,
-        }
+        rollout = self.sample(rows)  # 1. num_generations completions of each prompt (1: classic)
+        scores, reward_means = self.score(rollout)  # 2. the same reward functions as GRPO
+        # 3. fixed during the update: pi_old (PPO always clips against it), pi_ref, V(s_t)
+        rollout.add(
+            old_logps=self.frozen_logps(rollout),
+            ref_logps=self.reference_logps(rollout),
+            old_values=self.frozen_values(rollout),
+        )
+        # 4. per-token rewards (22), GAE over tokens (23), whitened over the whole batch (24)
+        mask = rollout.completion_mask
+        rewards = token_rewards(
+            torch.tensor(scores), rollout.old_logps, rollout.get("ref_logps"), mask, cfg.beta
+        )
+        advantages, targets = token_gae(rewards, rollout.old_values, mask, cfg.gae_lambda)
+        rollout.add(advantages=whiten(advantages, mask), targets=targets, loss_mask=mask)
+        updates = []
+        for _ in range(cfg.num_iterations):  # 5. epochs over shuffled minibatches of prompts
+            for minibatch in rollout.shuffled(cfg.num_minibatches, self.generator):
+                updates += self.backward(minibatch, self.loss)
+                grad_norm = self.optimizer_step()
+        self.refresh_reference()  # 6
+        record = self.record(rollout, scores, reward_means, updates, grad_norm)
+        record["kl"] = self.sampled_kl(rollout)
+        record["explained_variance"] = explained_variance(rollout.old_values, targets, mask)
         return record, rollout
+
+    def loss(self, micro: CompletionGroups, batch: CompletionGroups) -> tuple[torch.Tensor, dict]:
+        """Equation (25) on one micro-batch: its share of the minibatch's loss, and its metrics."""
+        cfg = self.cfg
+        logps, _ = completion_logps(
+            self.model, micro, cfg.temperature, share_prompts=self.share_prompts
+        )
+        loss, metrics = ppo_lm_loss(
+            logps,
+            micro.old_logps,
+            micro.advantages,
+            completion_values(self.critic, micro),
+            micro.old_values,
+            micro.targets,
+            micro.loss_mask,
+            epsilon=cfg.epsilon,
+            epsilon_high=cfg.epsilon_high,
+            value_clip=cfg.value_clip,
+            value_coef=cfg.value_coef,
+            loss_type=cfg.loss_type,
+            max_completion_length=cfg.max_completion_length,
+        )
+        return loss / cfg.gradient_accumulation_steps, metrics
+
+    def sampled_kl(self, rollout: CompletionGroups) -> float:
+        """k3 of the sampling policy to the reference over the kept tokens, as GRPO logs ``kl``."""
+        if rollout.get("ref_logps") is None:
+            return 0.0
+        kl = kl_k3(rollout.old_logps, rollout.ref_logps)
+        return masked_mean(kl, rollout.completion_mask).item()

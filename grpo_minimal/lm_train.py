@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import set_seed
 
-from .completions import sample_completions
+from .completions import CompletionGroups, sample_completions
 from .data import check_held_out, check_rows, load_eval_rows, load_math_rows
 from .device import autocast, peak_memory_mb, pick_device, pick_dtype
 from .lm_grpo import LMGRPOTrainer
@@ -32,6 +32,8 @@ from .lm_model import (
     load_model,
     quiet_transformers,
 )
+from .lm_ppo import LMPPOConfig, LMPPOTrainer
+from .lm_trainer import LMTrainer
 from .math_config import MathConfig
 from .r1_format import reasoning_rate
 from .rewards import RewardFunc, accuracy_reward, extract_value, parse_gold
@@ -81,6 +83,11 @@ def checked_rows(
     return train_rows, eval_rows, overlap
 
 
+def trainer_for(cfg: MathConfig) -> type[LMTrainer]:
+    """The trainer a config asks for: PPO for an ``LMPPOConfig``, GRPO otherwise."""
+    return LMPPOTrainer if isinstance(cfg, LMPPOConfig) else LMGRPOTrainer
+
+
 def training_batches(
     rows: Sequence[dict], prompts_per_step: int, seed: int
 ) -> Iterator[list[dict]]:
@@ -105,15 +112,19 @@ def train_math(
     reward_weights: Sequence[float] | None = None,
     out_dir: str | os.PathLike | None = None,
     progress: bool = True,
-    on_step: Callable[[dict], None] | None = None,
-    trainer_cls: type[LMGRPOTrainer] = LMGRPOTrainer,
-) -> tuple[LMGRPOTrainer, list[dict]]:
-    """Train with GRPO; returns the trainer (``.model``) and one metrics dict per step.
+    on_step: Callable[[dict, CompletionGroups | None], None] | None = None,
+    trainer_cls: type[LMTrainer] | None = None,
+) -> tuple[LMTrainer, list[dict]]:
+    """Train with GRPO (or PPO, for an ``LMPPOConfig``); returns the trainer (``.model``) and one
+    metrics dict per step.
 
     Held-out greedy accuracy is measured before the first step and after the last (and every
     ``eval_every`` steps); evaluation time is not counted in ``train_s``. With ``out_dir`` the
     model is saved there (every ``save_every`` steps and at the end) with ``metrics.jsonl``.
-    ``trainer_cls`` swaps the step (``rft.RFTTrainer``: rejection-sampling fine-tuning).
+    ``on_step(record, rollout)`` sees each record as it is logged, with the step's rollout
+    (None for the evaluation before the first step): observers add their own fields to the
+    record there. ``trainer_cls`` swaps the algorithm (``course.rft.RFTTrainer``); by default
+    it follows the config (``trainer_for``).
     """
     if model is None or tokenizer is None:
         model, tokenizer = setup(cfg)
@@ -122,7 +133,7 @@ def train_math(
     train_rows, eval_rows, overlap = checked_rows(
         cfg, model, tokenizer, train_rows, eval_rows, needs_answer=reward_funcs is None
     )
-    trainer = trainer_cls(cfg, model, tokenizer, reward_funcs, reward_weights)
+    trainer = (trainer_cls or trainer_for(cfg))(cfg, model, tokenizer, reward_funcs, reward_weights)
     model = trainer.model  # with LoRA, the model wrapped with its adapters (saved as an adapter)
 
     metrics_file = None
@@ -131,13 +142,13 @@ def train_math(
         metrics_file = (Path(out_dir) / "metrics.jsonl").open("w")
     history: list[dict] = []
 
-    def log(record: dict) -> None:
+    def log(record: dict, rollout: CompletionGroups | None = None) -> None:
+        if on_step is not None:  # first: an observer's fields are logged with the record
+            on_step(record, rollout)
         history.append(record)
         if metrics_file is not None:
             metrics_file.write(json.dumps(record) + "\n")
             metrics_file.flush()
-        if on_step is not None:
-            on_step(record)
 
     def evaluate() -> dict[str, float]:  # not counted as training time
         return evaluate_held_out(model, tokenizer, eval_rows, cfg)
@@ -150,14 +161,14 @@ def train_math(
     bar = tqdm(total=cfg.max_steps, desc=f"{name} {Path(cfg.model).name}", disable=not progress)
     try:
         for step in range(1, cfg.max_steps + 1):
-            record, _ = trainer.step(next(batches))
+            record, rollout = trainer.step(next(batches))
             train_s += record["step_s"]
             record["train_s"] = round(train_s, 3)
             stop = cfg.time_budget_s > 0 and train_s >= cfg.time_budget_s
             if step == cfg.max_steps or stop or (cfg.eval_every and step % cfg.eval_every == 0):
                 record.update(evaluate())
             record["peak_memory_mb"] = round(peak_memory_mb(trainer.device), 1)
-            log(record)
+            log(record, rollout)
             if out_dir is not None and cfg.save_every and step % cfg.save_every == 0:
                 save_checkpoint(model, tokenizer, out_dir, cfg.to_dict())
             bar.update(1)

@@ -8,8 +8,8 @@ starts from the base model) and W frozen. Nothing in the GRPO loss changes.
 
 **The reference for free.** The frozen base weights *are* the reference model: with the adapter
 switched off, the same network computes log pi_ref. So ``beta > 0`` needs no second copy of the
-weights (TRL's ``GRPOTrainer`` does the same with a ``peft_config``). ``AdapterOff`` marks that
-reference for ``LMGRPOTrainer.fixed_logps``, which runs it inside peft's ``disable_adapter()``.
+weights (TRL's ``GRPOTrainer`` does the same with a ``peft_config``):
+``LMTrainer.reference_logps`` runs the policy inside peft's ``disable_adapter()``.
 
 A LoRA run's checkpoint is the adapter (``adapter_config.json``, ``adapter_model.safetensors``,
 peft's format, which names its base model) beside the tokenizer; ``load_model`` recognises the
@@ -38,29 +38,31 @@ def quiet_peft():
         yield
 
 
-def lora_config(cfg):
-    """peft's ``LoraConfig`` for the run: rank ``lora_r``, scale ``lora_alpha / lora_r``
-    (``lora_alpha`` None: 2 r, a scale of 2 whatever the rank), dropout, target modules."""
+def lora_config(r: int, alpha: float | None = None, dropout: float = 0.0, targets: str = "all-linear"):
+    """peft's ``LoraConfig``: rank ``r``, scale ``alpha / r`` (``alpha`` None: 2 r, a scale of 2
+    whatever the rank), ``dropout`` on the adapter's input, ``targets`` (``all-linear`` or
+    comma-separated module names), as ``MathConfig``'s ``lora_*`` fields name them."""
     require("lora", "--lora-r")
     from peft import LoraConfig
 
-    alpha = 2 * cfg.lora_r if cfg.lora_alpha is None else cfg.lora_alpha
-    targets = cfg.lora_target_modules
     if targets != "all-linear":
         targets = [name.strip() for name in targets.split(",") if name.strip()]
-    return LoraConfig(r=cfg.lora_r, lora_alpha=alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=targets, task_type="CAUSAL_LM")  # fmt: skip
+    return LoraConfig(
+        r=r,
+        lora_alpha=2 * r if alpha is None else alpha,
+        lora_dropout=dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
 
 
-def add_lora(model, cfg):
-    """The model wrapped with fresh LoRA adapters (``lora_config``); only they train."""
+def add_lora(model, config):
+    """The model wrapped with fresh LoRA adapters (peft's ``config``, ``lora_config``); only they
+    train."""
     from peft import get_peft_model
 
-    try:
-        with quiet_peft():
-            return get_peft_model(model, lora_config(cfg))
-    except ValueError as err:  # e.g. a target module name the model does not have
-        raise ValueError(f"lora_target_modules: {' '.join(str(err).split())}") from None
+    with quiet_peft():
+        return get_peft_model(model, config)
 
 
 def check_lora(cfg, model) -> None:
@@ -72,20 +74,10 @@ def check_lora(cfg, model) -> None:
     if cfg.lora_target_modules == "all-linear":
         return
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    missing = [t for t in lora_config(cfg).target_modules if t not in names]
+    wanted = [t.strip() for t in cfg.lora_target_modules.split(",") if t.strip()]
+    missing = [t for t in wanted if t not in names]
     if missing:
         raise ValueError(f"lora_target_modules: the model has no module named {', '.join(sorted(missing))}")
-
-
-class AdapterOff:
-    """The reference of a LoRA run: the policy's own network with its adapter disabled."""
-
-    def __init__(self, model) -> None:
-        self.model = model
-
-    def disabled(self):
-        """A context in which ``self.model`` computes the base model's outputs."""
-        return self.model.disable_adapter()
 
 
 def is_adapter_folder(path: str | Path) -> bool:

@@ -244,6 +244,17 @@ def gae(
     return advantages, advantages + values  # (12)
 
 
+def explained_variance(
+    values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None
+) -> float:
+    """1 - Var(target - V) / Var(target), over the entries ``mask`` keeps (all by default): 1 is
+    a perfect critic, 0 one no better than a constant, below 0 worse."""
+    if mask is not None:
+        kept = mask.bool()
+        values, targets = values[kept], targets[kept]
+    return (1.0 - (targets - values).var() / targets.var().clamp(min=1e-8)).item()
+
+
 def value_loss(
     values: torch.Tensor,
     old_values: torch.Tensor,
@@ -385,7 +396,6 @@ def train_ppo(
             cfg,
             generator,
         )
-        explained = 1.0 - (targets - values).var() / targets.var().clamp(min=1e-8)
 
         record = {
             "update": update,
@@ -401,7 +411,7 @@ def train_ppo(
             "clip_fraction": metrics["clip_fraction"],
             "value_loss": metrics["value_loss"],
             "approx_kl": metrics["approx_kl"],
-            "explained_variance": explained.item(),
+            "explained_variance": explained_variance(values, targets),
             "learning_rate": lr,
         }
         # 4. greedy stopping check, GRPO's rule: once the sampled returns reach half the threshold

@@ -226,7 +226,11 @@ def make_trl_trainer(
     clock = make_trl_callbacks(time_budget_s)
     # LoRA: TRL wraps the model with the same peft adapters, and with beta > 0 computes the
     # reference with them disabled, as lm_grpo does (lora.py)
-    peft_config = lora_config(cfg) if cfg.lora_r else None
+    peft_config = (
+        lora_config(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
+        if cfg.lora_r
+        else None
+    )
     with quiet_transformers():  # TRL loads a reference model when beta > 0
         trainer = GRPOTrainer(
             model=model,

@@ -124,7 +124,7 @@ def test_imports_go_down_the_layers():
         ("grpo_minimal.labs.capstone", "from grpo_minimal.instructor.grading import lab_name"),
         ("grpo_minimal.labs.bugs", "from ..instructor import grading"),
         ("grpo_minimal.course.stats", "from ..labs import checking"),
-        ("grpo_minimal.cli", "from .course.reasoning import ReasoningTrainer"),
+        ("grpo_minimal.cli", "from .course.reasoning import log_reasoning"),
         ("grpo_minimal.rewards", "from .cli import main"),
     ],
 )

@@ -16,10 +16,10 @@ from numerics import assert_close_float64  # noqa: E402
 
 from grpo_minimal import grpo_loss  # noqa: E402
 from grpo_minimal.cli import main  # noqa: E402
-from grpo_minimal.lm_grpo import LMGRPOTrainer, completion_logps  # noqa: E402
+from grpo_minimal.lm_grpo import LMGRPOTrainer  # noqa: E402
+from grpo_minimal.lm_trainer import completion_logps  # noqa: E402
 from grpo_minimal.lm_model import TINY_MODEL, load_model  # noqa: E402
 from grpo_minimal.lm_train import MathConfig  # noqa: E402
-from grpo_minimal.lora import AdapterOff  # noqa: E402
 
 ROWS = [{"prompt": p, "answer": a} for p, a in (("3+4=", "7"), ("12+30=", "42"), ("99+99=", "198"))]
 SAME_LENGTH = [{"prompt": "3+4=", "answer": "7"}, {"prompt": "5+2=", "answer": "7"}]
@@ -50,12 +50,12 @@ def test_the_reference_is_the_base_model_with_the_adapter_off(tiny):
     """With LoRA and beta > 0 no copy is made: the reference is the policy's own network, and its
     log-probs equal those of the base model loaded on its own, while the policy's differ."""
     trainer = LMGRPOTrainer(cfg(), copy.deepcopy(tiny[0]), tiny[1])
-    assert isinstance(trainer.reference, AdapterOff) and trainer.reference.model is trainer.model
+    assert trainer.reference is None  # no copy: the policy with its adapter off
     randomise_adapters(trainer.model)
     torch.manual_seed(0)
     rollout = trainer.sample(ROWS[:2])
-    reference = trainer.fixed_logps(trainer.reference, rollout)
-    policy = trainer.fixed_logps(trainer.model, rollout)
+    reference = trainer.reference_logps(rollout)
+    policy = trainer.frozen_logps(rollout)
     base, _ = load_model(str(TINY_MODEL), torch.device("cpu"))
     with torch.no_grad():
         separately = completion_logps(base.eval(), rollout)[0]
@@ -122,7 +122,7 @@ def test_a_lora_step_matches_trl(tiny, tmp_path):
     rollout = ours.sample(SAME_LENGTH)
     assert bool(rollout.prompt_mask.all())  # no prompt padding: the positions agree (docstring)
     mask = rollout.completion_mask
-    reference = ours.fixed_logps(ours.reference, rollout)
+    reference = ours.reference_logps(rollout)
     with torch.no_grad(), trl.model.disable_adapter():  # TRL's own reference: adapter off
         their_reference = completion_logps(trl.model, rollout)[0]
     torch.testing.assert_close(reference, their_reference, rtol=0, atol=1e-6)

@@ -28,8 +28,6 @@ from collections.abc import Sequence
 
 import torch
 
-from ..completions import CompletionGroups
-from ..lm_grpo import LMGRPOTrainer
 from ..lm_model import load_model
 from ..lm_train import MathConfig, evaluate_accuracy, train_math
 from ..rewards import accuracy_reward, lenient_accuracy_reward
@@ -37,12 +35,12 @@ from .sft import supervised_finetune
 
 __all__ = [
     "HEDGE_FRACTION",
-    "WatchedTrainer",
     "cold_start",
     "greedy_report",
     "hedge_target",
     "is_hedge",
     "run_hedging",
+    "watch_hedging",
 ]
 
 HEDGE_FRACTION = 0.2
@@ -77,20 +75,18 @@ def cold_start(
     return supervised_finetune(model, tokenizer, targets, steps, key="target", seed=seed)
 
 
-class WatchedTrainer(LMGRPOTrainer):
-    """GRPO's trainer, unchanged, that also logs what the sampled completions do: the hedge rate,
-    the strict accuracy (whatever the training reward is) and the mean length of the strictly
-    wrong completions."""
-
-    def step(self, rows: Sequence[dict]) -> tuple[dict, CompletionGroups]:
-        record, rollout = super().step(rows)
-        golds = [row["answer"] for row in rollout.rows]
-        right = torch.tensor(accuracy_reward(rollout.completions, golds)) == 1.0
-        lengths = rollout.completion_mask.sum(dim=1).float().cpu()
-        record["hedge_rate"] = sum(map(is_hedge, rollout.completions)) / len(golds)
-        record["strict_accuracy"] = right.float().mean().item()
-        record["wrong_length"] = lengths[~right].mean().item() if (~right).any() else None
-        return record, rollout
+def watch_hedging(record: dict, rollout) -> None:
+    """A ``train_math`` observer (``on_step``): adds what the sampled completions do to each
+    step's record: the hedge rate, the strict accuracy (whatever the training reward is) and the
+    mean length of the strictly wrong completions."""
+    if rollout is None:  # the evaluation before the first step
+        return
+    golds = [row["answer"] for row in rollout.rows]
+    right = torch.tensor(accuracy_reward(rollout.completions, golds)) == 1.0
+    lengths = rollout.completion_mask.sum(dim=1).float().cpu()
+    record["hedge_rate"] = sum(map(is_hedge, rollout.completions)) / len(golds)
+    record["strict_accuracy"] = right.float().mean().item()
+    record["wrong_length"] = lengths[~right].mean().item() if (~right).any() else None
 
 
 def greedy_report(model, tokenizer, rows: Sequence[dict], cfg: MathConfig) -> dict:
@@ -131,7 +127,7 @@ def run_hedging(
                          eval_n=len(report_rows))  # fmt: skip
         trainer, history = train_math(
             cfg, copy.deepcopy(model), tokenizer, train_rows, report_rows,
-            reward_funcs=[GRADERS[grader]], progress=False, trainer_cls=WatchedTrainer,
+            reward_funcs=[GRADERS[grader]], progress=False, on_step=watch_hedging,
         )  # fmt: skip
         steps_logged = history[1:]
         result["runs"][f"{grader}/{loss_type}"] = {

@@ -105,21 +105,6 @@ def models_of(
     return models
 
 
-class ValueModel(torch.nn.Module):
-    """The policy's transformer with a scalar head: V(s_t) for every token (PPO's critic), or a
-    reward model's score."""
-
-    def __init__(self, config) -> None:
-        from transformers import AutoModel
-
-        super().__init__()
-        self.backbone = AutoModel.from_config(config)
-        self.head = torch.nn.Linear(config.hidden_size, 1)
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.backbone(input_ids=input_ids).last_hidden_state).squeeze(-1)
-
-
 def qwen2_config(**architecture):
     """A transformers ``Qwen2Config`` with sdpa attention (what ``count_update`` measures)."""
     from transformers import Qwen2Config
@@ -185,24 +170,25 @@ def count_update(
     backward, as a shared policy-and-value step does. The frozen models run under ``no_grad``.
     With ``lora_r`` the policy is wrapped by ``lora.add_lora``, as a LoRA run's is.
     """
-    from types import SimpleNamespace
-
     from transformers import AutoModelForCausalLM
 
     from ..lm_model import enable_activation_checkpointing
-    from ..lora import add_lora
+    from ..lm_ppo import ValueModel
+    from ..lora import add_lora, lora_config
 
     torch.manual_seed(seed)
     ids = torch.randint(0, config.vocab_size, (batch_size, seq_len))
     targets = torch.randn(batch_size, seq_len)
     built = {}
     for role, trained, head in models_of(algo, beta, reward_model, lora=lora_r > 0):
-        model = AutoModelForCausalLM.from_config(config) if head == "lm" else ValueModel(config)
+        if head == "lm":
+            model = AutoModelForCausalLM.from_config(config)
+        else:
+            model = ValueModel.from_config(config)
         if role == "policy" and lora_r:
-            model = add_lora(model, SimpleNamespace(lora_r=lora_r, lora_alpha=None, lora_dropout=0.0,
-                                                    lora_target_modules="all-linear"))  # fmt: skip
+            model = add_lora(model, lora_config(lora_r))
         if gradient_checkpointing and trained:
-            model_ = model if head == "lm" else model.backbone
+            model_ = model if head == "lm" else model.body
             model_.config.use_cache = False  # no KV cache in a training forward
             enable_activation_checkpointing(model_)
         if not (role == "policy" and lora_r):  # peft froze the base and left the adapters trained
@@ -214,7 +200,7 @@ def count_update(
     for role, (model, trained, head) in built.items():
         if not trained:
             with torch.no_grad():
-                model(input_ids=ids) if head == "value" else model(input_ids=ids).logits
+                model(input_ids=ids)
             continue
         if head == "lm":
 
@@ -228,7 +214,7 @@ def count_update(
         else:
 
             def value_loss(model=model):
-                return 0.5 * (model(ids) - targets).pow(2).mean()
+                return 0.5 * (model(ids).logits.squeeze(-1) - targets).pow(2).mean()
 
             loss, activations[role] = saved_activation_bytes(value_loss, model.parameters())
         losses.append(loss)
@@ -257,8 +243,13 @@ def count_parameters(config, head: str = "lm") -> int:
     memory): tied input and output embeddings count once."""
     from transformers import AutoModelForCausalLM
 
+    from ..lm_ppo import ValueModel
+
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config) if head == "lm" else ValueModel(config)
+        if head == "lm":
+            model = AutoModelForCausalLM.from_config(config)
+        else:
+            model = ValueModel.from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from ..lm_train import setup, train_math
 from ..math_config import MathConfig
 from ..rewards import accuracy_reward
-from .reasoning import ReasoningTrainer, make_length_penalty
+from .reasoning import log_reasoning, make_length_penalty
 from .stats import bootstrap_ci
 
 __all__ = [
@@ -87,17 +87,22 @@ def run_variant(
 
     samples: list[dict] = []
 
-    class Trainer(ReasoningTrainer):
-        def step(self, rows):
-            record, rollout = super().step(rows)
-            if sample_every and (record["step"] == 1 or record["step"] % sample_every == 0):
-                G = cfg.num_generations
-                samples.append({"step": record["step"], "prompt": rollout.rows[0]["prompt"],
-                                "completions": rollout.completions[:G]})  # fmt: skip
-            return record, rollout
+    def observe(record: dict, rollout) -> None:
+        log_reasoning(record, rollout)
+        step = record["step"]
+        if rollout is not None and sample_every and (step == 1 or step % sample_every == 0):
+            first = rollout.completions[: cfg.num_generations]
+            samples.append({"step": step, "prompt": rollout.rows[0]["prompt"], "completions": first})
 
-    _, history = train_math(cfg, model, tokenizer, eval_rows=eval_rows, reward_funcs=rewards,
-                            progress=progress, trainer_cls=Trainer)  # fmt: skip
+    _, history = train_math(
+        cfg,
+        model,
+        tokenizer,
+        eval_rows=eval_rows,
+        reward_funcs=rewards,
+        progress=progress,
+        on_step=observe,
+    )
     steps = history[1:]
     return {
         "variant": name,

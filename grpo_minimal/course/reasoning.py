@@ -32,13 +32,12 @@ from collections.abc import Sequence
 
 import torch
 
-from ..lm_grpo import LMGRPOTrainer
 from ..r1_format import reasoning_rate, think_block, writes_steps
 
 __all__ = [
-    "ReasoningTrainer",
     "column_steps",
     "direct_target",
+    "log_reasoning",
     "make_length_penalty",
     "operands",
     "reasoning_rate",
@@ -140,13 +139,11 @@ def think_probability(model, tokenizer, prompts: Sequence[str]) -> float:
     return logits.softmax(dim=-1)[:, think].mean().item()
 
 
-class ReasoningTrainer(LMGRPOTrainer):
-    """The GRPO step of ``lm_grpo``, unchanged, whose record also says how the sampled
-    completions reason: ``reasoning_rate`` and ``steps_right`` (``steps_right_rate``)."""
-
-    def step(self, rows):
-        record, rollout = super().step(rows)
-        prompts = [row["prompt"] for row in rollout.rows]
-        record["reasoning_rate"] = reasoning_rate(rollout.completions)
-        record["steps_right"] = steps_right_rate(prompts, rollout.completions)
-        return record, rollout
+def log_reasoning(record: dict, rollout) -> None:
+    """A ``train_math`` observer (``on_step``): adds how the sampled completions reason to each
+    step's record, ``reasoning_rate`` and ``steps_right`` (``steps_right_rate``)."""
+    if rollout is None:  # the evaluation before the first step
+        return
+    prompts = [row["prompt"] for row in rollout.rows]
+    record["reasoning_rate"] = reasoning_rate(rollout.completions)
+    record["steps_right"] = steps_right_rate(prompts, rollout.completions)

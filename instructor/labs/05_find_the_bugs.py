@@ -733,6 +733,7 @@ print(checks.bug_table(globals()))
 #
 # Your row should match the first. Afterwards, compare with the language-model trainer,
 # `grpo_minimal/lm_grpo.py`: `sample_completions` (`completions.py`: every group at once),
-# `score_completions` on `rollout.completions`, `group_advantages`, `fixed_logps` for
-# $\pi_{old}$ (only when `num_iterations > 1`) and $\pi_{ref}$, and `losses.grpo_loss` with
+# `score_completions` on `rollout.completions`, `group_advantages`, `frozen_logps` and
+# `reference_logps` (`lm_trainer.py`) for $\pi_{old}$ (only when `num_iterations > 1`) and
+# $\pi_{ref}$, and `losses.grpo_loss` with
 # `kl_k3` on the live log-probs.
