@@ -47,7 +47,7 @@ EXPERIMENT = dict(num_generations=16, prompts_per_step=4, beta=0.0, loss_type="g
 def measure(architecture: dict, device: str, dtype: str, overrides: dict, length: int) -> dict:
     from transformers import Qwen2ForCausalLM
 
-    gpu = {**MathConfig.GPU_DEFAULTS, **overrides}
+    gpu = {**MathConfig.PRESETS["gpu"], **overrides}
     accumulation = math.gcd(gpu["gradient_accumulation_steps"], gpu["prompts_per_step"])
     cfg = MathConfig.for_device("cuda", **overrides, dtype=dtype, max_completion_length=length,
                                 gradient_accumulation_steps=accumulation)  # fmt: skip
@@ -96,7 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     device = "cpu" if args.small else "cuda"
     architecture = SMALL if args.small else QWEN2_5["0.5B"]
-    length = 8 if args.small else MathConfig.GPU_DEFAULTS["max_completion_length"]
+    length = 8 if args.small else MathConfig.PRESETS["gpu"]["max_completion_length"]
     runs = [(name, dtype, overrides) for dtype in ("bfloat16", "float16")
             for name, overrides in (("main run", {}), ("section 8", EXPERIMENT))]  # fmt: skip
     # a T4's ways out when the main run does not fit or overflows in fp16

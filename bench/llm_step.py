@@ -9,7 +9,7 @@ Same model, same data, same settings for every method, fp32 on the CPU. The tiny
 (``data/tiny_math_lm``, the default) runs notebook 06's settings (8 prompts x 8 generations, at
 most 5 new tokens, temperature 1, beta 0.04 so a reference model is used; a constant learning
 rate, which does not change the timing). ``--model smollm2-135m`` (fetched first) runs notebook
-11's (``MathConfig.MODEL_DEFAULTS``: 2 prompts x 8, at most 32 new tokens, temperature 0.7,
+11's (``MathConfig.PRESETS``: 2 prompts x 8, at most 32 new tokens, temperature 0.7,
 beta 0) and compares against the floor instead of the naive loop.
 
 - **grpo_minimal**: ``LMGRPOTrainer.step`` (``grpo_minimal/lm_grpo.py``; the tiny model on the
@@ -75,7 +75,7 @@ REAL_METHODS = ("grpo_minimal", "trl", "floor")  # the naive loop: one generate 
 
 def make_config(args) -> MathConfig:
     """The model's defaults (the tiny model: notebook 06's run; ``smollm2-135m``: notebook 11's,
-    ``MathConfig.MODEL_DEFAULTS``) with the sizes given on the command line."""
+    ``MathConfig.PRESETS``) with the sizes given on the command line."""
     given = {"prompts_per_step": args.prompts, "num_generations": args.generations,
              "max_completion_length": args.max_new_tokens, "beta": args.beta}  # fmt: skip
     given = {k: v for k, v in given.items() if v is not None}

@@ -4,9 +4,9 @@
     .venv/bin/python bench/lora.py                 # seeds 0-2, both methods (about 25 min)
     .venv/bin/python bench/lora.py --seeds 0 --steps 2 --out /tmp/lora.json   # a smoke test
 
-Each seed trains the fetched model at notebook 11's settings (``MathConfig.MODEL_DEFAULTS``:
+Each seed trains the fetched model at notebook 11's settings (``MathConfig.PRESETS``:
 20 steps of 2 prompts x 8 completions, beta 0) twice: a full fine-tune (learning rate 1e-5) and
-LoRA at rank 16 on every block linear (``MathConfig.LORA_DEFAULTS``: learning rate 3e-4, chosen
+LoRA at rank 16 on every block linear (``MathConfig.PRESETS``: learning rate 3e-4, chosen
 on the validation split by ``data/probe_lora_smollm2.py``). Both are scored greedily on the
 ``chat_arithmetic`` test split (60 problems; no setting was chosen on it). Then two runs of two
 steps at beta 0.04 (a reference model for the full fine-tune, the adapter switched off for
@@ -80,7 +80,7 @@ def one_run(job: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=None, help="default: MODEL_DEFAULTS' 20")
+    parser.add_argument("--steps", type=int, default=None, help="default: the smollm2-135m preset's 20")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     steps = {"max_steps": args.steps} if args.steps else {}

@@ -4,7 +4,7 @@
     .venv/bin/python bench/real_model.py                    # seeds 0-2, both backends
     .venv/bin/python bench/real_model.py --seeds 3 --backends grpo_minimal --out /tmp/r.json
 
-Each seed trains the fetched model with ``MathConfig.MODEL_DEFAULTS["smollm2-135m"]`` twice:
+Each seed trains the fetched model with ``MathConfig.PRESETS["smollm2-135m"]`` twice:
 with this package's trainer, then with TRL's ``GRPOTrainer`` given at most the same steps and the
 same training seconds (``time_budget_s``: the first run's; the clock is read after each step, so
 TRL's last step may run past it): the two compare at equal time. Both are scored greedily on the
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--backends", nargs="+", default=["grpo_minimal", "trl"],
                         choices=["grpo_minimal", "trl"])  # fmt: skip
-    parser.add_argument("--steps", type=int, default=None, help="default: MODEL_DEFAULTS")
+    parser.add_argument("--steps", type=int, default=None, help="default: the smollm2-135m preset")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()

@@ -4,7 +4,7 @@
     .venv/bin/python bench/reasoning.py --variants grpo --seeds 0 1 --out /tmp/r.json
 
 Each run trains one variant (``r1_zero.VARIANTS``: ``grpo``, ``no_steps``, ``length_penalty``,
-``dr_grpo``) from its cold start with ``MathConfig.REASONING_DEFAULTS`` and scores it on the
+``dr_grpo``) from its cold start with ``MathConfig.PRESETS["reasoning"]`` and scores it on the
 reasoning **test** split (greedy, 500 problems), which decides nothing here: the settings
 (200 steps, the length penalty) were chosen on seed 5 against 200 problems in no shipped
 split (``data/make_reasoning.py --fresh 200 --seed 2``), as ``bench/README.md`` records.
@@ -33,13 +33,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--steps", type=int, default=None, help="default: REASONING_DEFAULTS")
+    parser.add_argument("--steps", type=int, default=None, help="default: PRESETS["reasoning"]")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     test = load_reasoning("test")
-    steps = args.steps or MathConfig.REASONING_DEFAULTS["max_steps"]
+    steps = args.steps or MathConfig.PRESETS["reasoning"]["max_steps"]
     data = load_results(args.out)
     done = {(r["variant"], r["seed"], r["steps"]) for r in data["runs"]}
     todo = [(v, s) for s in args.seeds for v in args.variants if (v, s, steps) not in done]

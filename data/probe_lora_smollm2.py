@@ -1,6 +1,6 @@
-"""The probe behind MathConfig.LORA_DEFAULTS["smollm2-135m"]: LoRA on SmolLM2-135M-Instruct
+"""The probe behind MathConfig.PRESETS["lora:smollm2-135m"]: LoRA on SmolLM2-135M-Instruct
 (``grpo-minimal fetch smollm2-135m`` first), scored greedily on the chat_arithmetic validation
-split (37 problems, the split MODEL_DEFAULTS scores on); the test split is not read. One seed (0),
+split (37 problems, the split the smollm2-135m preset scores on); the test split is not read. One seed (0),
 the model's other defaults (20 steps), two torch threads.
 
     python data/probe_lora_smollm2.py 0:1e-5 16:1e-4 16:3e-4 16:1e-3   # lora_r:learning_rate ...

@@ -1,4 +1,4 @@
-"""The probe behind MathConfig.LORA_DEFAULTS["tiny"]: LoRA on the tiny model, scored on a
+"""The probe behind MathConfig.PRESETS["lora:tiny"]: LoRA on the tiny model, scored on a
 validation carve-out of the training split (its last 500 problems, held out of training here);
 the test split is not read. One seed (0), 150 steps, one torch thread.
 

@@ -23,6 +23,7 @@ Every field of the config dataclass is a flag (``--num-generations 16``, ``--bet
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import os
@@ -50,6 +51,13 @@ class Parser(HfArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    @staticmethod
+    def _parse_dataclass_field(parser, field):
+        # the values a field allows (config.option) are checked by the config, with its message
+        field = copy.copy(field)
+        field.metadata = {k: v for k, v in field.metadata.items() if k != "allowed"}
+        HfArgumentParser._parse_dataclass_field(parser, field)
 
 
 def add_config_command(commands, name: str, cls: type, **kwargs) -> HfArgumentParser:
@@ -231,6 +239,8 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
 
     cfg, model, tokenizer, train_rows, eval_rows = prepared
     out = Path(args.out)
+    if args.no_progress or args.backend == "trl":  # else train_math prints them with its bar
+        print(f"{args.algo.upper()} settings: {cfg.summary()}", file=sys.stderr)
     if args.backend == "trl":
         from .trl_bridge import end_process_group, is_main_process, train_math_trl, world_size
 
@@ -382,9 +392,10 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         commands, "math", math_cls,
         help="train a causal LM with GRPO (or PPO: --algo ppo) on math rewards (CPU: the shipped "
         "tiny model on 2-digit addition; CUDA: Qwen/Qwen2.5-0.5B-Instruct on GSM8K)",
-        description="Flags not given take MathConfig's defaults on a CPU (shown), and "
-        f"MathConfig.GPU_DEFAULTS on a CUDA GPU: {MathConfig.GPU_DEFAULTS}. With --algo ppo, "
-        "each group of G completions becomes G prompts of one (LMPPOConfig.for_device).",
+        description="Flags not given take MathConfig's defaults on a CPU (shown), then the "
+        "presets MathConfig.presets_for names (reasoning, smollm2-135m, gpu on a CUDA GPU, "
+        f"lora:<model>); gpu is {MathConfig.PRESETS['gpu']}. With --algo ppo, GRPO's "
+        "completions a step are split into prompts of num_generations each (LMPPOConfig.for_device).",
     )  # fmt: skip
     for action in math._actions:  # unset flags stay unset: for_device fills them
         if action.dest in math_cls.__dataclass_fields__:

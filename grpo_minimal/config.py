@@ -48,14 +48,42 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def option(default: Any, help: str) -> Any:
-    """A dataclass field with its help text (``metadata["help"]``, as ``HfArgumentParser`` reads)."""
-    return field(default=default, metadata={"help": help})
+def option(
+    default: Any,
+    help: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    choices: tuple[str, ...] | None = None,
+) -> Any:
+    """A dataclass field with its help text (``metadata["help"]``, as ``HfArgumentParser`` reads)
+    and the values it takes: the interval from ``low`` to ``high`` (an end is left out with
+    ``*_open``), or one of ``choices``. ``ValidatedConfig.validate`` checks them; None passes
+    for a field whose default is None."""
+    allowed = {"low": low, "high": high, "low_open": low_open, "high_open": high_open}
+    if choices is not None:
+        allowed = {"choices": tuple(choices)}
+    elif low is None and high is None:
+        allowed = {}
+    return field(default=default, metadata={"help": help, "allowed": allowed})
 
 
 def override(base: type, name: str, default: Any) -> Any:
-    """A new default for a field ``base`` defines, keeping the field's help text."""
+    """A new default for a field ``base`` defines, keeping its help text and allowed values."""
     return field(default=default, metadata=base.__dataclass_fields__[name].metadata)
+
+
+def check_allowed(f, value: Any) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of the values field ``f`` allows (``option``)."""
+    allowed = f.metadata.get("allowed") or {}
+    if value is None and f.default is None:
+        return
+    if "choices" in allowed:
+        check_choice(f.name, value, allowed["choices"])
+    elif allowed:
+        check_range(f.name, value, **allowed)
 
 
 class ValidatedConfig:
@@ -65,13 +93,20 @@ class ValidatedConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Check that int and bool fields hold values of their type (``True`` is not an int)."""
+        """Check each field on its own: int and bool fields hold values of their type (``True``
+        is not an int), every field a value its ``option`` allows. A subclass adds the rules
+        that tie fields together and calls ``super().validate()`` first."""
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type in ("int", int) and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ValueError(f"{f.name} must be an integer, got {value!r}")
             if f.type in ("bool", bool) and not isinstance(value, bool):
                 raise ValueError(f"{f.name} must be True or False, got {value!r}")
+            allowed = f.metadata.get("allowed") or {}
+            plain_str = f.type in ("str", str) and "choices" not in allowed
+            if plain_str and not (isinstance(value, str) and value.strip()):
+                raise ValueError(f"{f.name} must be a non-empty string, got {value!r}")
+            check_allowed(f, value)
 
     def to_dict(self) -> dict:
         """Plain dict of the fields (for JSON metrics and checkpoints)."""
@@ -86,51 +121,50 @@ class ObjectiveConfig(ValidatedConfig):
 
     num_generations: int = option(
         8, "G: outputs (episodes, completions) sampled per prompt / start state; the group size"
-    )
+    )  # at least MIN_GENERATIONS (validate)
     beta: float = option(
-        0.0, "weight of the k3 KL penalty to the reference policy; 0 disables the reference"
+        0.0, "weight of the k3 KL penalty to the reference policy; 0 disables the reference", low=0
     )
-    epsilon: float = option(0.2, "lower clip range: the ratio is clipped below at 1 - epsilon")
+    epsilon: float = option(
+        0.2,
+        "lower clip range: the ratio is clipped below at 1 - epsilon",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+    )
     epsilon_high: float | None = option(
-        None, "upper clip range (DAPO clip-higher); None means the same as epsilon"
+        None, "upper clip range (DAPO clip-higher); None means the same as epsilon", low=0, low_open=True
     )
     loss_type: str = option(
-        "grpo", "how per-token losses are averaged: grpo, bnpo, dr_grpo or dapo"
+        "grpo", "how per-token losses are averaged: grpo, bnpo, dr_grpo or dapo", choices=LOSS_TYPES
     )
     scale_rewards: str = option(
         "group",
         "divide centred rewards by the std of the group, of the batch, or not at all (none)",
+        choices=SCALE_REWARDS,
     )
     num_iterations: int = option(
-        1, "clipped optimisation epochs over each sampled batch (mu in the GRPO paper)"
+        1, "clipped optimisation epochs over each sampled batch (mu in the GRPO paper)", low=1
     )
     ref_update_every: int = option(
         0,
         "copy the policy into the reference every this many training steps (one sampled batch "
         "and its num_iterations updates); 0 keeps it frozen",
+        low=0,
     )
     use_bias_correction_kl: bool = option(
         False,
         "multiply the KL term by the ratio (TRL 1.16's default); False is the classic objective",
     )
-    learning_rate: float = option(1e-6, "AdamW step size")
+    learning_rate: float = option(1e-6, "AdamW step size", low=0, low_open=True)
     max_grad_norm: float = option(
-        1.0, "clip the global gradient norm to this value; 0 disables clipping"
+        1.0, "clip the global gradient norm to this value; 0 disables clipping", low=0
     )
-    seed: int = option(0, "seed for random, numpy, torch and environment resets")
+    # negative seeds would reach the evaluation seeds
+    seed: int = option(0, "seed for random, numpy, torch and environment resets", low=0)
 
     def validate(self) -> None:
-        """Check every field; subclasses extend this and call ``super().validate()``."""
+        """Each field on its own (``ValidatedConfig``), then the group size this config needs."""
         super().validate()
         check_range("num_generations", self.num_generations, self.MIN_GENERATIONS)
-        check_range("beta", self.beta, 0.0)
-        check_range("epsilon", self.epsilon, 0.0, 1.0, low_open=True, high_open=True)
-        if self.epsilon_high is not None:
-            check_range("epsilon_high", self.epsilon_high, 0.0, low_open=True)
-        check_choice("loss_type", self.loss_type, LOSS_TYPES)
-        check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
-        check_range("num_iterations", self.num_iterations, 1)
-        check_range("ref_update_every", self.ref_update_every, 0)
-        check_range("learning_rate", self.learning_rate, 0.0, low_open=True)
-        check_range("max_grad_norm", self.max_grad_norm, 0.0)
-        check_range("seed", self.seed, 0)  # negative seeds would reach the evaluation seeds

@@ -66,7 +66,7 @@ import torch
 from torch import nn
 
 from .completions import CompletionGroups
-from .config import check_range, option, override
+from .config import option, override
 from .lm_trainer import LMTrainer, adamw_groups, completion_logits, completion_logps
 from .losses import (
     aggregate_loss,
@@ -111,24 +111,34 @@ class LMPPOConfig(MathConfig):
     )
     num_iterations: int = override(MathConfig, "num_iterations", 4)
     num_minibatches: int = option(
-        1, "minibatches of whole prompts per epoch, one AdamW step each; must divide prompts_per_step"
+        1,
+        "minibatches of whole prompts per epoch, one AdamW step each; must divide prompts_per_step",
+        low=1,
     )
     gae_lambda: float = option(
-        0.95, "lambda of GAE over tokens (gamma is 1): 0 is the one-step TD error, 1 the return - V"
+        0.95,
+        "lambda of GAE over tokens (gamma is 1): 0 is the one-step TD error, 1 the return - V",
+        low=0,
+        high=1,
     )
     value_coef: float = option(
         0.1,
         "c_V, the weight of the value loss in (25) (TRL's vf_coef); the critic has its own weights "
         "and gradient clip, and AdamW hardly sees a constant scale, so it matters little here",
+        low=0,
     )
     value_clip: float = option(
-        0.2, "value clip (13): a value counts at most this far from its value at sampling; 0: off"
+        0.2,
+        "value clip (13): a value counts at most this far from its value at sampling; 0: off",
+        low=0,
     )
     critic_learning_rate: float | None = option(
-        None, "AdamW step size of the critic; None: the policy's learning_rate"
+        None, "AdamW step size of the critic; None: the policy's learning_rate", low=0, low_open=True
     )
 
     def validate(self) -> None:
+        """``MathConfig``'s rules, then PPO's: no GRPO-only setting, no LoRA, minibatches that
+        split the prompts into whole micro-batches."""
         super().validate()
         defaults = {f.name: f.default for f in fields(MathConfig)}
         for name in GRPO_ONLY:
@@ -137,7 +147,6 @@ class LMPPOConfig(MathConfig):
         if self.lora_r:
             raise ValueError("lora_r must be 0 with --algo ppo: PPO's critic is built for a full "
                              "fine-tune; LoRA runs with GRPO")
-        check_range("num_minibatches", self.num_minibatches, 1)
         per_minibatch, left = divmod(self.prompts_per_step, self.num_minibatches)
         if left:
             raise ValueError(
@@ -149,24 +158,27 @@ class LMPPOConfig(MathConfig):
                 f"gradient_accumulation_steps must divide the prompts of a minibatch "
                 f"({per_minibatch}), got {self.gradient_accumulation_steps}"
             )
-        check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
-        check_range("value_coef", self.value_coef, 0.0)
-        check_range("value_clip", self.value_clip, 0.0)
-        if self.critic_learning_rate is not None:
-            check_range("critic_learning_rate", self.critic_learning_rate, 0.0, low_open=True)
 
     @classmethod
     def for_device(cls, device: str = "auto", **overrides) -> LMPPOConfig:
-        """GRPO's defaults for this model and device (``MathConfig.for_device``), each group of
-        G turned into G prompts of one completion; then the flags given."""
+        """GRPO's config for this model and device (``MathConfig.for_device``) with PPO's own
+        defaults (``num_generations`` 1, ``num_iterations`` 4) and as many completions a step:
+        GRPO's P x G become P x G / g prompts of g completions each; then the settings given."""
         own = {f.name for f in fields(cls)} - {f.name for f in fields(MathConfig)}
         shared = {k: v for k, v in overrides.items() if k not in own and k != "num_generations"}
         base = MathConfig.for_device(device, **shared).to_dict()
-        if "prompts_per_step" not in overrides:
-            base["prompts_per_step"] *= base["num_generations"]
+        completions = base["prompts_per_step"] * base["num_generations"]
         for name in ("num_generations", "num_iterations"):
             if name not in overrides:
                 base[name] = cls.__dataclass_fields__[name].default
+        generations = overrides.get("num_generations", base["num_generations"])
+        if "prompts_per_step" not in overrides:
+            if not isinstance(generations, int) or generations < 1 or completions % generations:
+                raise ValueError(
+                    f"num_generations must divide GRPO's {completions} completions a step, "
+                    f"got {generations!r} (or give prompts_per_step)"
+                )
+            base["prompts_per_step"] = completions // generations
         return cls(**(base | overrides))
 
     def to_dict(self) -> dict:

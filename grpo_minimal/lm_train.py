@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -158,6 +159,8 @@ def train_math(
     batches = training_batches(train_rows, cfg.prompts_per_step, cfg.seed)
     train_s = 0.0
     name = getattr(trainer, "name", "GRPO")
+    if progress:  # the resolved settings first, as CleanRL prints its arguments
+        tqdm.write(f"{name} settings: {cfg.summary()}", file=sys.stderr)
     bar = tqdm(total=cfg.max_steps, desc=f"{name} {Path(cfg.model).name}", disable=not progress)
     try:
         for step in range(1, cfg.max_steps + 1):

@@ -201,13 +201,13 @@ def test_bad_lora_flags_are_one_line(flags, message, capsys, tmp_path):
 
 
 def test_lora_defaults_apply_only_when_lora_is_on():
-    """``LORA_DEFAULTS``: a model's LoRA learning rate (chosen on validation) replaces the full
+    """the ``lora:`` presets: a model's LoRA learning rate (chosen on validation) replaces the full
     fine-tune's only when lora_r > 0 and no rate is given; a model with none keeps the full
     fine-tune's and says so in one warning."""
     for model in ("tiny", "smollm2-135m"):
         full = MathConfig.for_device("cpu", model=model)
         lora = MathConfig.for_device("cpu", model=model, lora_r=8)
-        assert lora.learning_rate == MathConfig.LORA_DEFAULTS[model]["learning_rate"]
+        assert lora.learning_rate == MathConfig.PRESETS[f"lora:{model}"]["learning_rate"]
         assert lora.learning_rate > full.learning_rate
         assert (
             MathConfig.for_device("cpu", model=model, lora_r=8, learning_rate=2e-4).learning_rate

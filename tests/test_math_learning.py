@@ -51,7 +51,7 @@ def test_a_short_ppo_run_raises_held_out_accuracy():
 
 
 def test_a_short_lora_run_raises_held_out_accuracy():
-    """LoRA at rank 8 with its default learning rate (``MathConfig.LORA_DEFAULTS``: 1e-3, chosen
+    """LoRA at rank 8 with its default learning rate (``MathConfig.PRESETS``: 1e-3, chosen
     on a validation carve-out, data/README.md), 150 steps: at least 10 points on the 500 held-out
     problems (the validation probe gained 15 points at these settings)."""
     pytest.importorskip("peft")

@@ -1,7 +1,7 @@
 """Notebook 06 as a learner with a CUDA GPU runs it, every cell, on this CPU.
 
 With CUDA the notebook builds other configurations than on a CPU (``MathConfig.for_device``'s
-``GPU_DEFAULTS``, its section-8 experiment on top of them, the TRL comparison switched off); one
+``PRESETS["gpu"]``, its section-8 experiment on top of them, the TRL comparison switched off); one
 of them once stopped the notebook after the whole real-model run. Here CUDA is faked as in the
 precision tests (``torch.cuda.is_available`` says True, the "GPU" is the CPU), the real model is
 the stand-in (``data/standin_lm``) and GSM8K the offline sample, and the notebook runs top to
@@ -39,7 +39,7 @@ from grpo_minimal.math_config import MathConfig
 torch.cuda.is_available = lambda: True  # what the notebook asks to choose its branch
 grpo_minimal.device.pick_device = lambda name="auto": torch.device("cpu")  # the "GPU" is this CPU
 grpo_minimal.device.gpu_memory_gb = lambda device: {card_gb}  # the card's memory
-MathConfig.GPU_DEFAULTS = {{**MathConfig.GPU_DEFAULTS, "model": {model!r},
+MathConfig.PRESETS = {{**MathConfig.PRESETS, "gpu": {{**MathConfig.PRESETS["gpu"], "model": {model!r},
                            "dataset": "gsm8k_sample", "eval_split": {held_out!r},
                            "max_completion_length": {length}, "dtype": {dtype!r}}}
 """
@@ -80,7 +80,7 @@ def test_notebook_06_runs_every_cell_with_the_cuda_settings(card, held_out, tmp_
         if c.cell_type == "code"
     }
     text = "\n".join(printed.values())
-    gpu = MathConfig.GPU_DEFAULTS
+    gpu = MathConfig.PRESETS["gpu"]
     # the real-model branch, on the stand-in and the sample with its held-out rows
     assert "Qwen2ForCausalLM" in text and "20 training problems, 4 held-out" in text
     # the run took the GPU settings, and section 8 trained on top of them where the card fits it

@@ -122,7 +122,7 @@ def test_the_converted_weights_give_the_gguf_models_logits(folder, smol):
 def test_the_real_model_has_its_own_defaults_on_any_device():
     for device in ("cpu", "cuda"):
         cfg = MathConfig.for_device(device, model=NAME)
-        want = MathConfig.MODEL_DEFAULTS[NAME]
+        want = MathConfig.PRESETS[NAME]
         assert {k: getattr(cfg, k) for k in want} == want
     assert MathConfig.for_device("cpu", model=NAME, max_steps=3).max_steps == 3
     assert MathConfig.for_device("cpu").prompt_template == "plain"  # the tiny model keeps its own
@@ -207,7 +207,7 @@ def test_evaluate_needs_no_flags_but_the_model(folder, capsys):
     want = ("chat_arithmetic", "validation", 4)  # the test split is for reported results alone
     assert (summary["dataset"], summary["split"], summary["n"]) == want
     assert (
-        1 < summary["completion_length"] <= MathConfig.MODEL_DEFAULTS[NAME]["max_completion_length"]
+        1 < summary["completion_length"] <= MathConfig.PRESETS[NAME]["max_completion_length"]
     )
 
 

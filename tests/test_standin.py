@@ -71,7 +71,7 @@ def test_gsm8k_prompts_survive_tokenisation(standin, template):
         question = tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
         assert tokenizer.decode(question) == row["prompt"] and " " in row["prompt"]
     assert (R1_SYSTEM_PROMPT in prompts[0]) == (template == "r1")
-    check_prompt_lengths(prompts, tokenizer, model, MathConfig.GPU_DEFAULTS["max_completion_length"])
+    check_prompt_lengths(prompts, tokenizer, model, MathConfig.PRESETS["gpu"]["max_completion_length"])
 
 
 def test_rewards_read_answers_that_went_through_the_tokenizer(standin):
@@ -94,10 +94,10 @@ def test_rewards_read_answers_that_went_through_the_tokenizer(standin):
 def gpu_lesson_flags() -> list[str]:
     """``MathConfig.for_device("cuda")`` as flags, on the stand-in and the offline GSM8K sample,
     for 2 steps; on the CPU, in bfloat16 autocast where it runs."""
-    values = {**MathConfig.GPU_DEFAULTS, "model": str(STANDIN), "dataset": "gsm8k_sample",
+    values = {**MathConfig.PRESETS["gpu"], "model": str(STANDIN), "dataset": "gsm8k_sample",
               "max_steps": 2, "eval_n": 4, "eval_every": 0}  # fmt: skip
     assert MathConfig.for_device("cuda").to_dict() == {**MathConfig(device="cuda").to_dict(),
-                                                       **MathConfig.GPU_DEFAULTS}  # fmt: skip
+                                                       **MathConfig.PRESETS["gpu"]}  # fmt: skip
     flags = [f"--{key.replace('_', '-')}={value}" for key, value in values.items()]
     dtype = "bfloat16" if cpu_bf16() else "float32"
     return [*flags, "--device", "cpu", "--dtype", dtype, "--allow-eval-overlap", "true"]

@@ -9,7 +9,7 @@ column sums in a minority of completions (``data/make_reasoning_model.py``), doe
 reward alone make it write them more often, and longer, while its accuracy rises?
 
 ``run_variant(name, seed)`` trains one of ``VARIANTS`` from its cold start with
-``MathConfig.REASONING_DEFAULTS`` and returns the per-step curves and the held-out evaluations.
+``MathConfig.PRESETS["reasoning"]`` and returns the per-step curves and the held-out evaluations.
 The reward is the accuracy reward alone, without R1's format reward: the format reward pays a
 think block for itself (``rewards.format_reward``), and the question is whether reasoning pays
 for itself.
@@ -56,7 +56,7 @@ VARIANTS: dict[str, dict] = {
     # the std), so this measures the token sum over a constant against the per-sequence mean
     "dr_grpo": {"loss_type": "dr_grpo"},
 }
-"""Notebook 10's runs: each changes one thing of ``MathConfig.REASONING_DEFAULTS``."""
+"""Notebook 10's runs: each changes one thing of ``MathConfig.PRESETS["reasoning"]``."""
 
 CURVES = ("reward_mean", "reasoning_rate", "completion_length", "steps_right", "train_s")
 """Per-step metrics of the sampled completions kept by ``run_variant``."""
