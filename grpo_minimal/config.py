@@ -82,8 +82,10 @@ def check_allowed(f, value: Any) -> None:
         return
     if "choices" in allowed:
         check_choice(f.name, value, allowed["choices"])
-    elif allowed:
-        check_range(f.name, value, **allowed)
+    elif allowed:  # bounds written as the field's type: [1, inf) for an int, [0.0, inf) for a float
+        kind = int if f.type in ("int", int) else float
+        bounds = {k: kind(v) if k in ("low", "high") and v is not None else v for k, v in allowed.items()}
+        check_range(f.name, value, **bounds)
 
 
 class ValidatedConfig:
@@ -123,18 +125,18 @@ class ObjectiveConfig(ValidatedConfig):
         8, "G: outputs (episodes, completions) sampled per prompt / start state; the group size"
     )  # at least MIN_GENERATIONS (validate)
     beta: float = option(
-        0.0, "weight of the k3 KL penalty to the reference policy; 0 disables the reference", low=0
+        0.0, "weight of the k3 KL penalty to the reference policy; 0 disables the reference", low=0.0
     )
     epsilon: float = option(
         0.2,
         "lower clip range: the ratio is clipped below at 1 - epsilon",
-        low=0,
-        high=1,
+        low=0.0,
+        high=1.0,
         low_open=True,
         high_open=True,
     )
     epsilon_high: float | None = option(
-        None, "upper clip range (DAPO clip-higher); None means the same as epsilon", low=0, low_open=True
+        None, "upper clip range (DAPO clip-higher); None means the same as epsilon", low=0.0, low_open=True
     )
     loss_type: str = option(
         "grpo", "how per-token losses are averaged: grpo, bnpo, dr_grpo or dapo", choices=LOSS_TYPES
@@ -145,24 +147,24 @@ class ObjectiveConfig(ValidatedConfig):
         choices=SCALE_REWARDS,
     )
     num_iterations: int = option(
-        1, "clipped optimisation epochs over each sampled batch (mu in the GRPO paper)", low=1
+        1, "clipped optimisation epochs over each sampled batch (mu in the GRPO paper)", low=1.0
     )
     ref_update_every: int = option(
         0,
         "copy the policy into the reference every this many training steps (one sampled batch "
         "and its num_iterations updates); 0 keeps it frozen",
-        low=0,
+        low=0.0,
     )
     use_bias_correction_kl: bool = option(
         False,
         "multiply the KL term by the ratio (TRL 1.16's default); False is the classic objective",
     )
-    learning_rate: float = option(1e-6, "AdamW step size", low=0, low_open=True)
+    learning_rate: float = option(1e-6, "AdamW step size", low=0.0, low_open=True)
     max_grad_norm: float = option(
-        1.0, "clip the global gradient norm to this value; 0 disables clipping", low=0
+        1.0, "clip the global gradient norm to this value; 0 disables clipping", low=0.0
     )
     # negative seeds would reach the evaluation seeds
-    seed: int = option(0, "seed for random, numpy, torch and environment resets", low=0)
+    seed: int = option(0, "seed for random, numpy, torch and environment resets", low=0.0)
 
     def validate(self) -> None:
         """Each field on its own (``ValidatedConfig``), then the group size this config needs."""

@@ -17,7 +17,7 @@ o_t, and the verifiable reward R(o) (17)/(19) arrives at its last token.
    ``prompts_per_step`` prompts (PPO's classic 1 per prompt is the default), EOS-masked (15).
 2. **Score** (``rewards.score_completions``): the same reward functions as GRPO.
 3. **Critic and reference** (no gradient): log pi_old, log pi_ref (when beta > 0) with
-   ``lm_grpo.completion_logps`` (16), and V(s_t) for every token (``completion_values``).
+   ``lm_trainer.completion_logps`` (16), and V(s_t) for every token (``completion_values``).
 4. **Advantages per token**: rewards (22) (``token_rewards``), GAE (23) (``token_gae``, which is
    ``ppo.gae``), whitened over the batch (24) (``whiten``). GRPO's step 3 instead gives every
    token of completion i the one number (r_i - mean of its group) / std: the group is its critic.
@@ -113,27 +113,27 @@ class LMPPOConfig(MathConfig):
     num_minibatches: int = option(
         1,
         "minibatches of whole prompts per epoch, one AdamW step each; must divide prompts_per_step",
-        low=1,
+        low=1.0,
     )
     gae_lambda: float = option(
         0.95,
         "lambda of GAE over tokens (gamma is 1): 0 is the one-step TD error, 1 the return - V",
-        low=0,
-        high=1,
+        low=0.0,
+        high=1.0,
     )
     value_coef: float = option(
         0.1,
         "c_V, the weight of the value loss in (25) (TRL's vf_coef); the critic has its own weights "
         "and gradient clip, and AdamW hardly sees a constant scale, so it matters little here",
-        low=0,
+        low=0.0,
     )
     value_clip: float = option(
         0.2,
         "value clip (13): a value counts at most this far from its value at sampling; 0: off",
-        low=0,
+        low=0.0,
     )
     critic_learning_rate: float | None = option(
-        None, "AdamW step size of the critic; None: the policy's learning_rate", low=0, low_open=True
+        None, "AdamW step size of the critic; None: the policy's learning_rate", low=0.0, low_open=True
     )
 
     def validate(self) -> None:

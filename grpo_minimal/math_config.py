@@ -57,40 +57,40 @@ class MathConfig(ObjectiveConfig):
         choices=PROMPT_TEMPLATES,
     )
     prompts_per_step: int = option(
-        8, "distinct prompts per step; each gets num_generations completions", low=1
+        8, "distinct prompts per step; each gets num_generations completions", low=1.0
     )
     max_completion_length: int = option(
-        5, "new tokens sampled per completion at most (a completion also ends at EOS)", low=1
+        5, "new tokens sampled per completion at most (a completion also ends at EOS)", low=1.0
     )
     temperature: float = option(
         1.0,
         "sampling temperature; log-probs are computed at the same temperature, as in TRL",
-        low=0,
+        low=0.0,
         low_open=True,
     )
     top_p: float = option(
         1.0,
         "nucleus sampling: keep the smallest set of tokens with this much probability; 1 keeps all",
-        low=0,
-        high=1,
+        low=0.0,
+        high=1.0,
         low_open=True,
     )
-    max_steps: int = option(600, "training steps (one sampled batch each)", low=1)
+    max_steps: int = option(600, "training steps (one sampled batch each)", low=1.0)
     time_budget_s: float = option(
-        0.0, "stop once training has run this many seconds; 0 means no limit", low=0
+        0.0, "stop once training has run this many seconds; 0 means no limit", low=0.0
     )
     gradient_accumulation_steps: int = option(
         1,
         "split each batch into this many micro-batches of whole groups (one backward each) "
         "before the optimizer step: the same update with less memory; must divide "
         "prompts_per_step",
-        low=1,
+        low=1.0,
     )
     gradient_checkpointing: bool = option(
         False,
         "recompute activations in the backward pass instead of storing them (less GPU memory)",
     )
-    weight_decay: float = option(0.0, "AdamW weight decay (TRL's default is 0)", low=0)
+    weight_decay: float = option(0.0, "AdamW weight decay (TRL's default is 0)", low=0.0)
     lr_scheduler_type: str = option(
         "linear",
         "linear: decay the learning rate to 0 over max_steps (TRL's default); constant",
@@ -100,10 +100,10 @@ class MathConfig(ObjectiveConfig):
         0.0,
         "reward = accuracy + format_weight * format (format_reward: the strict <think>/<answer>"
         " form); 0 uses the accuracy reward alone",
-        low=0,
+        low=0.0,
     )
     eval_n: int = option(
-        500, "held-out problems for greedy accuracy (the first eval_n of the split)", low=1
+        500, "held-out problems for greedy accuracy (the first eval_n of the split)", low=1.0
     )
     allow_eval_overlap: bool = option(
         False,
@@ -111,29 +111,29 @@ class MathConfig(ObjectiveConfig):
         "(the overlap is counted and logged); False refuses such a run",
     )
     eval_every: int = option(
-        100, "also measure held-out accuracy every this many steps (0: only before and after)", low=0
+        100, "also measure held-out accuracy every this many steps (0: only before and after)", low=0.0
     )
     save_every: int = option(
-        0, "write a checkpoint to the output folder every this many steps (0: only at the end)", low=0
+        0, "write a checkpoint to the output folder every this many steps (0: only at the end)", low=0.0
     )
     lora_r: int = option(
         0,
         "LoRA rank: train low-rank adapters on lora_target_modules instead of every weight (the "
         "lora extra, peft); 0 trains every weight. With beta > 0 the reference is the base model "
         "with the adapter off, no copy",
-        low=0,
+        low=0.0,
     )
     lora_alpha: float | None = option(
         None,
         "LoRA scale numerator: the adapter adds (lora_alpha / lora_r) B A x; None: 2 * lora_r",
-        low=0,
+        low=0.0,
         low_open=True,
     )
     lora_dropout: float = option(
         0.0,
         "dropout on the adapter's input (0: the same log-probs on every pass, ratio 1 on-policy)",
-        low=0,
-        high=1,
+        low=0.0,
+        high=1.0,
         high_open=True,
     )
     lora_target_modules: str = option(

@@ -1,6 +1,6 @@
 """An optional speed-up of the log-prob passes: encode each prompt once for its G completions.
 
-The G completions of a group share their prompt, so ``lm_grpo.completion_logits`` (one pass over
+The G completions of a group share their prompt, so ``lm_trainer.completion_logits`` (one pass over
 prompt + completion per row) encodes every prompt G times, as TRL does. ``shared_prompt_logits``
 encodes it once, copies its key/value cache G times (``repeat_interleave``, differentiable:
 the gradients of all G completions flow back into the one prompt pass) and runs only the
@@ -16,7 +16,7 @@ from .completions import CompletionGroups, cache_argument, output_cache
 
 
 def shared_prompt_logits(model, rollout: CompletionGroups) -> torch.Tensor:
-    """``lm_grpo.completion_logits`` with each prompt encoded once for its G completions.
+    """``lm_trainer.completion_logits`` with each prompt encoded once for its G completions.
 
     The prompt's key/value cache is copied G times and the completions run on from it: the same
     numbers and gradients (tested), fewer operations. Unusable with activation checkpointing,

@@ -24,7 +24,8 @@ import torch
 
 from grpo_minimal import group_advantages
 from grpo_minimal.device import torch_threads
-from grpo_minimal.lm_grpo import LMGRPOTrainer, completion_logps
+from grpo_minimal.lm_grpo import LMGRPOTrainer
+from grpo_minimal.lm_trainer import completion_logps
 from grpo_minimal.lm_model import load_model
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy, train_math
 
@@ -386,7 +387,7 @@ def case_save_every(tiny, tmp_path):
         out = tmp_path / f"every{every}"
         on_disk = {}
         run(tiny, save_every=every, max_steps=2, out_dir=out,
-            on_step=lambda r, out=out, on_disk=on_disk: on_disk.setdefault(
+            on_step=lambda r, _, out=out, on_disk=on_disk: on_disk.setdefault(
                 r["step"], any(out.glob("*.safetensors"))))  # fmt: skip
         assert on_disk[2] is (every == 1)
         assert any(out.glob("*.safetensors"))  # and at the end, always
@@ -796,11 +797,16 @@ def gpt2_model():
 
 def test_weight_decay_spares_what_trl_spares(tiny, tmp_path):
     # TRL's GRPOTrainer builds its AdamW with the HF Trainer's create_optimizer: two groups, no
-    # decay on biases and norm gains. Ours has the same two groups, on the shipped model and on
-    # a GPT-2 (nn.LayerNorm by type rather than by name).
+    # decay on biases and norm gains, chosen by name. Ours decays what has 2 or more dimensions
+    # (nanoGPT's rule): the same two groups on the shipped model and on a GPT-2 (nn.LayerNorm
+    # by type rather than by name).
     from transformers import Trainer, TrainingArguments
 
-    from grpo_minimal.lm_grpo import decay_parameter_names
+    from grpo_minimal.lm_trainer import adamw_groups
+
+    def decay_parameter_names(model):
+        decayed = {id(p) for p in adamw_groups(model, 0.1)[0]["params"]}
+        return {name for name, p in model.named_parameters() if id(p) in decayed}
 
     trl = trl_trainer(tiny, tmp_path, weight_decay=0.1)
     ours = LMGRPOTrainer(trl_cfg(weight_decay=0.1), copy.deepcopy(tiny[0]), tiny[1])

@@ -13,9 +13,6 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "grpo_minimal"
-# modules allowed past MAX_LINES: the widgets, and the labs' tables of graded cases
-LONG_MODULES = {"course.widgets", "labs.bugs", "labs.llm_step", "labs.objective", "labs.reward"}
-MAX_LINES = 500
 
 
 def module_names(package: Path) -> dict[str, Path]:
@@ -107,9 +104,20 @@ def test_no_import_cycle_in_the_package():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-@pytest.mark.parametrize("name", sorted(module_names(PACKAGE)))
-def test_modules_stay_readable(name):
-    lines = len(module_names(PACKAGE)[name].read_text(encoding="utf-8").splitlines())
-    limit = 300 if name == "lm_grpo" else MAX_LINES  # the readable step (docs/architecture.md's reading guide)
-    if name not in LONG_MODULES:
-        assert lines <= limit, f"grpo_minimal/{name}: {lines} lines, over {limit}"
+# what a module line cap was meant to protect: the step a learner reads is the algorithm, its
+# length (docstring included) capped (notebooks 06 and 12 print them); the engineering lives in
+# lm_trainer.LMTrainer's helpers
+STEP_LINES = {"LMGRPOTrainer": 40, "LMPPOTrainer": 50}
+
+
+@pytest.mark.parametrize(("name", "limit"), sorted(STEP_LINES.items()))
+def test_each_trainer_step_reads_in_one_screen(name, limit):
+    import inspect
+
+    from grpo_minimal.lm_grpo import LMGRPOTrainer
+    from grpo_minimal.lm_ppo import LMPPOTrainer
+
+    source = inspect.getsource({"LMGRPOTrainer": LMGRPOTrainer, "LMPPOTrainer": LMPPOTrainer}[name].step)
+    lines = len(source.splitlines())
+    assert lines <= limit, f"{name}.step: {lines} lines, over {limit}"
+    assert "fmt: skip" not in source and "perf_counter" not in source and "autocast" not in source

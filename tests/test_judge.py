@@ -82,7 +82,7 @@ MISTAKES_06 = {  # instruments that stay in the judge: the sampler counts the st
     0: "from grpo_minimal.completions import mask_after_eos as package\n"
     "def mask_after_eos(completion_ids, eos_ids):\n"
     "    return package(completion_ids, eos_ids) * (completion_ids != eos_ids[0])",
-    1: "from grpo_minimal.lm_grpo import completion_logps as package\n"
+    1: "from grpo_minimal.lm_trainer import completion_logps as package\n"
     "def completion_logps(model, rollout, temperature=1.0, with_entropy=False, "
     "share_prompts=True):\n"
     "    return package(model, rollout, 1.0, with_entropy, share_prompts)",
@@ -113,7 +113,8 @@ TAMPERING_05 = (  # lab 05's instruments forged in the kernel, then its checks a
 )
 PATCHED_HELPERS_06 = (  # lab 06's measuring helpers made to measure the package's functions
     "import grpo_minimal.labs.llm_step as step_checks\n"
-    "from grpo_minimal.lm_grpo import LMGRPOTrainer as _Trainer, completion_logps as _logps\n"
+    "from grpo_minimal.lm_grpo import LMGRPOTrainer as _Trainer\n"
+    "from grpo_minimal.lm_trainer import completion_logps as _logps\n"
     "_measure_step, _noting = step_checks._step_and_measure, step_checks._called_noting_gradient\n"
     "step_checks._step_and_measure = lambda step, *a: _measure_step(_Trainer.step, *a)\n"
     "step_checks._called_noting_gradient = lambda fn, *a: _noting(_logps, *a)\n"

@@ -19,7 +19,8 @@ from grpo_minimal.cli import main as cli_main
 from grpo_minimal.completions import CompletionGroups, mask_after_eos, sample_completions
 from grpo_minimal.data import count_overlap, load_train_eval_rows
 from grpo_minimal.device import autocast, peak_memory_mb, pick_device, pick_dtype
-from grpo_minimal.lm_grpo import LMGRPOTrainer, completion_logits, completion_logps
+from grpo_minimal.lm_grpo import LMGRPOTrainer
+from grpo_minimal.lm_trainer import completion_logits, completion_logps
 from grpo_minimal.lm_model import TINY_MODEL, check_prompt_lengths, format_prompt, load_model
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy, save_checkpoint, train_math
 from grpo_minimal.rewards import score_completions
@@ -735,7 +736,7 @@ def test_train_math_logs_every_step_and_evaluates(tmp_path):
     cfg = small_cfg(max_steps=3, eval_every=2, save_every=2)
     seen = []
     trainer, history = train_math(cfg, train_rows=ROWS, eval_rows=EVAL_ROWS, out_dir=tmp_path,
-                                  progress=False, on_step=seen.append)  # fmt: skip
+                                  progress=False, on_step=lambda record, _: seen.append(record))  # fmt: skip
     assert [r["step"] for r in history] == [0, 1, 2, 3] and seen == history
     assert [r["step"] for r in history if "eval_accuracy" in r] == [0, 2, 3]
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()

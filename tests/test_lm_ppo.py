@@ -10,7 +10,7 @@ import torch
 
 from grpo_minimal.cli import main
 from grpo_minimal.completions import mask_after_eos
-from grpo_minimal.lm_grpo import completion_logps
+from grpo_minimal.lm_trainer import completion_logps
 from grpo_minimal.lm_ppo import (
     LMPPOConfig,
     LMPPOTrainer,

@@ -243,7 +243,7 @@ def test_grpo_makes_the_cold_start_write_steps_and_get_more_right(one_thread):
     and the policy's chance of writing steps (``think_probability``: exact, not sampled)."""
     import torch
 
-    from grpo_minimal.course.reasoning import ReasoningTrainer, think_probability
+    from grpo_minimal.course.reasoning import log_reasoning, think_probability
     from grpo_minimal.lm_train import setup, train_math
     from grpo_minimal.math_config import MathConfig
 
@@ -255,7 +255,7 @@ def test_grpo_makes_the_cold_start_write_steps_and_get_more_right(one_thread):
     model, tokenizer = setup(cfg)
     think_before = think_probability(model, tokenizer, prompts)
     _, history = train_math(cfg, model, tokenizer, eval_rows=rows, progress=False,
-                            trainer_cls=ReasoningTrainer)  # fmt: skip
+                            on_step=log_reasoning)  # fmt: skip
     think_after = think_probability(model, tokenizer, prompts)
     before, after = history[0]["eval_accuracy"], history[-1]["eval_accuracy"]
     assert after - before >= MIN_ACCURACY_GAIN, (before, after)

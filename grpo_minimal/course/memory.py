@@ -166,7 +166,7 @@ def count_update(
     """One float32 update on random tokens ``[batch_size, seq_len]``, counted model by model.
 
     The policy loss is -mean(A * log pi) over the tokens (log pi by gather minus logsumexp, as
-    ``lm_grpo.completion_logps``); PPO adds 0.5 * mean((V - R)^2) and backpropagates both in one
+    ``lm_trainer.completion_logps``); PPO adds 0.5 * mean((V - R)^2) and backpropagates both in one
     backward, as a shared policy-and-value step does. The frozen models run under ``no_grad``.
     With ``lora_r`` the policy is wrapped by ``lora.add_lora``, as a LoRA run's is.
     """

@@ -123,7 +123,7 @@ def think_probability(model, tokenizer, prompts: Sequence[str]) -> float:
     completions that open a think block, in expectation, without sampling noise.
 
     One forward over the prompts, left-padded, with the position ids the training step gives
-    them (``lm_grpo.completion_logits``): each prompt's tokens sit at 0, 1, ... whatever its
+    them (``lm_trainer.completion_logits``): each prompt's tokens sit at 0, 1, ... whatever its
     padding, so a prompt's probability is the one it has alone. The last position is then every
     prompt's own last token."""
     think = tokenizer.convert_tokens_to_ids("<think>")

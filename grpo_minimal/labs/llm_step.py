@@ -1,6 +1,6 @@
 """Lab 06 checks: the LLM step (notebook 06, equations (2), (5)-(9), (15), (16)).
 
-Exercises mirror ``grpo_minimal.lm_grpo`` with the same names and signatures:
+Exercises mirror the package (``completions``, ``lm_trainer``, ``lm_grpo``) with the same names and signatures:
 ``mask_after_eos`` (15), ``completion_logps`` (16) and ``LMGRPOTrainer.step`` (written as a plain
 function ``step(self, rows)``); the last check trains the shipped tiny model with the learner's
 step and asks that held-out greedy accuracy rise.
@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from transformers import set_seed
 
-from grpo_minimal import lm_grpo as package
+from grpo_minimal import lm_trainer as package
 from grpo_minimal.completions import CompletionGroups, sample_completions
 from grpo_minimal.completions import mask_after_eos as package_mask_after_eos
 from grpo_minimal.data import load_train_eval_rows

@@ -37,7 +37,8 @@
 # and its gradient is $\nabla \log \pi_\theta$.
 #
 # **How this lab works.** Each exercise asks for a function with the same name and signature as
-# the package's (`grpo_minimal.lm_grpo`), so you can compare afterwards (not before!). Everything
+# the package's (`grpo_minimal.completions`, `lm_trainer`, `lm_grpo`), so you can compare
+# afterwards (not before!). Everything
 # runs on the shipped tiny model (`data/tiny_math_lm`: 0.8M parameters, one token per character)
 # on the CPU. Replace each `...`, run the cell, then the check below it. A failed check names the
 # case, the input, the expected value, what you returned and a hint.
@@ -471,9 +472,10 @@ def test_training_hidden(step):
 # flip it back): what happens to accuracy, and why does exercise 3's check catch it with the
 # loss *value* while `old_logps=logps` is caught only by the gradient?
 #
-# **Afterwards.** Read `grpo_minimal/completions.py` and `grpo_minimal/lm_grpo.py` and compare:
+# **Afterwards.** Read `grpo_minimal/completions.py`, `lm_trainer.py` and `lm_grpo.py` and compare:
 # `mask_after_eos` and `completion_logps` are the same ideas (the package takes the log-softmax as `gather` minus
 # `logsumexp`, so no second `[N, C, V]` tensor is kept for the backward pass, and can encode
 # each prompt once for its $G$ completions, `prompt_cache.py`); `LMGRPOTrainer.step` adds
-# several updates per batch (`num_iterations`, with $\pi_{\text{old}}$ stored), micro-batches,
-# mixed precision and the metrics notebook 06 plots.
+# several updates per batch (`num_iterations`, with $\pi_{\text{old}}$ stored) and leaves
+# micro-batches, mixed precision and the metrics notebook 06 plots to the helpers it shares with
+# PPO (`LMTrainer.backward`, `optimizer_step`, `record`).
