@@ -25,9 +25,9 @@ import torch
 from grpo_minimal import group_advantages
 from grpo_minimal.device import torch_threads
 from grpo_minimal.lm_grpo import LMGRPOTrainer
-from grpo_minimal.lm_trainer import completion_logps
 from grpo_minimal.lm_model import load_model
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy, train_math
+from grpo_minimal.lm_trainer import completion_logps
 
 ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)}
         for a, b in [(23, 45), (10, 7), (99, 99), (31, 2), (4, 50), (66, 11)]]  # fmt: skip

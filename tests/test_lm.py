@@ -20,9 +20,9 @@ from grpo_minimal.completions import CompletionGroups, mask_after_eos, sample_co
 from grpo_minimal.data import count_overlap, load_train_eval_rows
 from grpo_minimal.device import autocast, peak_memory_mb, pick_device, pick_dtype
 from grpo_minimal.lm_grpo import LMGRPOTrainer
-from grpo_minimal.lm_trainer import completion_logits, completion_logps
 from grpo_minimal.lm_model import TINY_MODEL, check_prompt_lengths, format_prompt, load_model
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy, save_checkpoint, train_math
+from grpo_minimal.lm_trainer import completion_logits, completion_logps
 from grpo_minimal.rewards import score_completions
 
 ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(23, 45), (10, 7), (99, 99)]]

@@ -10,7 +10,6 @@ import torch
 
 from grpo_minimal.cli import main
 from grpo_minimal.completions import mask_after_eos
-from grpo_minimal.lm_trainer import completion_logps
 from grpo_minimal.lm_ppo import (
     LMPPOConfig,
     LMPPOTrainer,
@@ -22,6 +21,7 @@ from grpo_minimal.lm_ppo import (
     whiten,
 )
 from grpo_minimal.lm_train import MathConfig, setup
+from grpo_minimal.lm_trainer import completion_logps
 from grpo_minimal.ppo import gae
 
 F64 = torch.float64

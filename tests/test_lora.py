@@ -17,9 +17,9 @@ from numerics import assert_close_float64  # noqa: E402
 from grpo_minimal import grpo_loss  # noqa: E402
 from grpo_minimal.cli import main  # noqa: E402
 from grpo_minimal.lm_grpo import LMGRPOTrainer  # noqa: E402
-from grpo_minimal.lm_trainer import completion_logps  # noqa: E402
 from grpo_minimal.lm_model import TINY_MODEL, load_model  # noqa: E402
 from grpo_minimal.lm_train import MathConfig  # noqa: E402
+from grpo_minimal.lm_trainer import completion_logps  # noqa: E402
 
 ROWS = [{"prompt": p, "answer": a} for p, a in (("3+4=", "7"), ("12+30=", "42"), ("99+99=", "198"))]
 SAME_LENGTH = [{"prompt": "3+4=", "answer": "7"}, {"prompt": "5+2=", "answer": "7"}]

@@ -30,9 +30,9 @@ from numerics import assert_close_float32_sums  # noqa: E402
 
 from grpo_minimal import group_advantages, grpo_loss  # noqa: E402
 from grpo_minimal.completions import CompletionGroups, mask_after_eos  # noqa: E402
-from grpo_minimal.lm_trainer import completion_logps  # noqa: E402
 from grpo_minimal.lm_model import TINY_MODEL, load_model  # noqa: E402
 from grpo_minimal.lm_train import MathConfig  # noqa: E402
+from grpo_minimal.lm_trainer import completion_logps  # noqa: E402
 from grpo_minimal.trl_bridge import make_trl_trainer  # noqa: E402
 
 MAX_COMPLETION = 5

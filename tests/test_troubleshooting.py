@@ -7,8 +7,8 @@ import pytest
 import torch
 from test_lm import fresh_trainer, position_reward
 
-from grpo_minimal.data import load_math_rows
 from grpo_minimal.completions import truncated_fraction
+from grpo_minimal.data import load_math_rows
 from grpo_minimal.lm_train import MathConfig
 from grpo_minimal.rewards import accuracy_reward, format_reward, score_completions
 
