@@ -28,7 +28,7 @@ LABS = sorted(p.stem for p in (NOTEBOOKS / "labs").glob("*.ipynb"))
 GUIDES = ["notebooks/labs/README", "instructor/README"]
 REFERENCE = [
     "bench/README", "docs/install", "docs/gpu", "docs/scaling_out", "docs/troubleshooting",
-    "docs/architecture",
+    "docs/architecture", "docs/equations",
     "recipes/README", "data/README", "data/TINY_MODEL", "data/STANDIN_MODEL",
     "data/REASONING_MODEL", "CHANGELOG", "README.ko", "docs/glossary.ko",
 ]  # fmt: skip

@@ -10,7 +10,6 @@ from .advantages import (
     discounted_returns,
     group_advantages,
     masked_mean_std,
-    population_std_advantages,
     rloo_advantages,
 )
 from .config import ObjectiveConfig
@@ -47,7 +46,6 @@ __all__ = [
     "centre_and_scale",
     "masked_mean_std",
     "policy_ratio",
-    "population_std_advantages",
     "rloo_advantages",
 ]
 __version__ = "0.1.0"

@@ -1,7 +1,8 @@
 r"""PPO for causal language models: a learned critic, the KL in the reward, GAE over tokens.
 
-Read it beside ``lm_grpo.py``: stages 1, 2 and 6 and the log-prob passes of stage 3 are GRPO's
-own functions; the critic's pass (3), the advantages (4) and the update (5) are where PPO and
+Read it beside ``lm_grpo.py``: both trainers fill the same skeleton (``lm_trainer.LMTrainer``)
+in the same six stages; stages 1, 2 and 6 and the log-prob passes of stage 3 are the
+skeleton's, and the critic's pass (3), the advantages (4) and the update (5) are where PPO and
 GRPO differ. Equations go on from ``ppo.py`` (10)-(14) and ``rewards.py`` (17)-(19). A
 completion o of T tokens is an episode: state s_t is the prompt and o_<t, action a_t the token
 o_t, and the verifiable reward R(o) (17)/(19) arrives at its last token.
@@ -16,15 +17,19 @@ o_t, and the verifiable reward R(o) (17)/(19) arrives at its last token.
 1. **Sample** (``completions.sample_completions``): ``num_generations`` completions of each of
    ``prompts_per_step`` prompts (PPO's classic 1 per prompt is the default), EOS-masked (15).
 2. **Score** (``rewards.score_completions``): the same reward functions as GRPO.
-3. **Critic and reference** (no gradient): log pi_old, log pi_ref (when beta > 0) with
+3. **Frozen passes** (no gradient): log pi_old, log pi_ref (when beta > 0) with
    ``lm_trainer.completion_logps`` (16), and V(s_t) for every token (``completion_values``).
 4. **Advantages per token**: rewards (22) (``token_rewards``), GAE (23) (``token_gae``, which is
-   ``ppo.gae``), whitened over the batch (24) (``whiten``). GRPO's step 3 instead gives every
+   ``ppo.gae``), whitened over the batch (24) (``whiten``). GRPO's stage 4 instead gives every
    token of completion i the one number (r_i - mean of its group) / std: the group is its critic.
 5. **Update**: ``num_iterations`` epochs over ``num_minibatches`` shuffled minibatches of whole
    prompts; each is one AdamW step on loss (25) (``ppo_lm_loss``): the clipped surrogate (6) of
    ``losses.py`` for the policy, the clipped value loss (13) of ``ppo.py`` for the critic.
 6. **Reference refresh**, as GRPO's (``ref_update_every``).
+
+``loss`` in its record is the loss each minibatch update minimised, (25) with the value term,
+averaged over the step's updates; the other metrics weigh each micro-batch by its tokens, as
+GRPO's record does (``LMTrainer.record``).
 
 **The critic** (``ValueModel``) is a separate copy of the policy's transformer body with a
 scalar head, as in InstructGPT (initialised from its reward model), OpenRLHF and TRL's last
@@ -34,7 +39,7 @@ against each other; a separate critic keeps the comparison plain and is the memo
 PPO-vs-GRPO argument is about: a second trained model (weights, gradients, AdamW's two states).
 With a verifiable reward there is no reward model to start it from (InstructGPT starts its
 critic from its reward model), so its body starts as a copy of the policy and its head at zero,
-the value-head initialisation of the N details below: V = 0 everywhere at the first step.
+the value-head initialisation of Huang et al.'s N details: V = 0 everywhere at the first step.
 
 **The KL goes into the reward (22), not into the loss** as GRPO's beta * k3 does (8): the
 penalty on token t then reaches every earlier token through GAE (when lambda > 0), and the
@@ -42,16 +47,9 @@ policy gradient treats it like any other reward (the surrogate is clipped, the K
 It uses k1, log pi_old - log pi_ref on the sampled token (TRL's PPO default, ``kl_estimator="k1"``);
 its expected value over samples is the KL. GRPO's loss-side penalty pulls each token directly.
 
-From Huang et al., "The N Implementation Details of RLHF with PPO" (ICLR 2024 blog track), this
-file keeps: the per-token KL penalty in the reward, the score at the last token, discount 1,
-advantage whitening, value clipping, the value head initialised at zero, logits divided by the
-sampling temperature (``completion_logps``), the learning rate annealed to 0, no dropout (the
-course's models have none). It changes: sampling stops at EOS (the post samples a fixed length
-and scores the last token; here the EOS mask (15) decides which token is last), and advantages
-are whitened over the whole batch (as TRL's PPO), not per minibatch. It drops: reward
-normalisation and whitening (the verifiable reward is already 0 or 1), adaptive KL control
-(beta is fixed, as in GRPO) and the fixed score for a response without a stop. The loop,
-evaluation and checkpoints are ``lm_train.py``'s, shared with GRPO.
+Which of the implementation details of Huang et al., "The N Implementation Details of RLHF with
+PPO" (ICLR 2024 blog track), this file keeps, changes and drops: notebook 12, section 1. The
+loop, evaluation and checkpoints are ``lm_train.py``'s, shared with GRPO.
 """
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ def train_math(
             metrics_file.flush()
 
     def evaluate() -> dict[str, float]:  # not counted as training time
-        return evaluate_held_out(model, tokenizer, eval_rows, cfg)
+        metrics = evaluate_greedy(model, tokenizer, eval_rows, cfg)[0]
+        return {f"eval_{name}": value for name, value in metrics.items()}
 
     log({"step": 0, "train_s": 0.0, **evaluate(), "eval_n": len(eval_rows),
          "eval_overlap": overlap})  # fmt: skip
@@ -222,13 +223,6 @@ def evaluate_greedy(
     metrics = {"accuracy": correct / len(rows), "completion_length": tokens / len(rows),
                "reasoning_rate": reasoning_rate(completions)}  # fmt: skip
     return metrics, completions
-
-
-def evaluate_held_out(model, tokenizer, rows: Sequence[dict], cfg: MathConfig) -> dict[str, float]:
-    """``evaluate_greedy``'s metrics as a run logs them: ``eval_accuracy``,
-    ``eval_completion_length``, ``eval_reasoning_rate`` (``train_math`` and the TRL backend)."""
-    metrics = evaluate_greedy(model, tokenizer, rows, cfg)[0]
-    return {f"eval_{name}": value for name, value in metrics.items()}
 
 
 def evaluate_accuracy(

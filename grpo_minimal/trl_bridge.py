@@ -322,10 +322,11 @@ def train_math_trl(
     from transformers import TrainerCallback
 
     from .lm_model import load_model
-    from .lm_train import checked_rows, evaluate_held_out, save_checkpoint
+    from .lm_train import checked_rows, evaluate_greedy, save_checkpoint
 
     def evaluate(policy) -> dict[str, float]:  # held-out greedy metrics, as train_math logs them
-        return evaluate_held_out(policy, tokenizer, eval_rows, cfg)
+        metrics = evaluate_greedy(policy, tokenizer, eval_rows, cfg)[0]
+        return {f"eval_{name}": value for name, value in metrics.items()}
 
     check_trl_overrides(overrides)
     main = is_main_process()
