@@ -33,7 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--steps", type=int, default=None, help="default: PRESETS["reasoning"]")
+    parser.add_argument("--steps", type=int, default=None, help="default: the reasoning preset's max_steps")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
