@@ -55,8 +55,10 @@ book: setup
 	mv build/book/site site
 	@echo "open site/index.html"
 
+## lint: ruff's checks and its formatter (notebooks excluded: pyproject.toml); CI runs it first
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: setup
 	$(PY) bench/cartpole.py
