@@ -196,7 +196,8 @@ class ValueModel(nn.Module):
     def __init__(self, body: nn.Module, hidden_size: int) -> None:
         super().__init__()
         self.body = body
-        self.head = nn.Linear(hidden_size, 1).to(next(body.parameters()).device)
+        weight = next(body.parameters())  # the head lives where the body does, in its dtype
+        self.head = nn.Linear(hidden_size, 1).to(device=weight.device, dtype=weight.dtype)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
