@@ -42,13 +42,18 @@ from grpo_minimal.data import load_math_rows
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help="comma-separated names, or notebook07")  # fmt: skip
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated names, or notebook07"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--budget", type=float, default=60.0, help="training seconds per run")
-    budget.add_argument("--completions", type=int, default=0,
-                        help="sampled completions per run (sets max_steps; replaces --budget)")  # fmt: skip
+    budget.add_argument(
+        "--completions",
+        type=int,
+        default=0,
+        help="sampled completions per run (sets max_steps; replaces --budget)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--validation", type=int, default=500, help="rows carved from train")
     parser.add_argument("--out", default=str(RESULTS))
@@ -68,18 +73,23 @@ def main() -> None:
     print(f"{len(train)} training rows, {len(validation)} validation rows; test split unused")
     todo = [(n, s) for n in names for s in args.seeds if (n, s, label) not in done]
     for name, seed in tqdm(todo, desc="ablation runs"):
-        append_result(args.out, data, run_variant(name, seed, train, validation,
-                                                  args.completions, budget_s))  # fmt: skip
+        append_result(
+            args.out, data, run_variant(name, seed, train, validation, args.completions, budget_s)
+        )
 
     runs = [r for r in data["runs"] if budget_of(r) == label]
-    print(f"\nvalidation greedy accuracy after {label} of training: mean over seeds, the seeds'"
-          f" range, and with 5 or more seeds a 95% bootstrap interval of the mean;"
-          f" {data['machine']}, {data['date']}")  # fmt: skip
+    print(
+        f"\nvalidation greedy accuracy after {label} of training: mean over seeds, the seeds'"
+        f" range, and with 5 or more seeds a 95% bootstrap interval of the mean;"
+        f" {data['machine']}, {data['date']}"
+    )
     print(f"{'variant':<14}{'seeds':>6}{'steps':>7}{'accuracy':>10}   range            interval")
     for row in summarize(runs, names):
         interval = "-" if row["interval"] is None else "[{:.1%}, {:.1%}]".format(*row["interval"])
-        print(f"{row['variant']:<14}{row['seeds']:>6}{row['steps']:>7.0f}{row['accuracy']:>10.1%}"
-              f"   {row['low']:.1%}-{row['high']:.1%}    {interval}")  # fmt: skip
+        print(
+            f"{row['variant']:<14}{row['seeds']:>6}{row['steps']:>7.0f}{row['accuracy']:>10.1%}"
+            f"   {row['low']:.1%}-{row['high']:.1%}    {interval}"
+        )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,14 @@ def main() -> None:
     done = {(r["variant"], r["seed"], r["threads"]) for r in data["runs"]}
     todo = [s for s in args.seeds if (args.variant, s, args.threads) not in done]
     for seed in tqdm(todo, desc=f"{args.variant} runs"):
-        cfg = MathConfig(dataset=capstone.DATASET, max_steps=300, eval_every=0, seed=seed,
-                         device="cpu", **VARIANTS[args.variant])  # fmt: skip
+        cfg = MathConfig(
+            dataset=capstone.DATASET,
+            max_steps=300,
+            eval_every=0,
+            seed=seed,
+            device="cpu",
+            **VARIANTS[args.variant],
+        )
         capstone.check_config(cfg)
         trainer, history = train_math(
             cfg, train_rows=train_rows, eval_rows=validation_rows, progress=False
@@ -72,9 +78,11 @@ def main() -> None:
         }
         append_result(args.out, data, record)
         points = [100 * (g["accuracy"] - g["untrained"]) for g in gains.values()]
-        print(f"{args.variant} seed {seed}, {args.threads} thread(s): validation "
-              f"{record['validation_before']:.1%} -> {record['validation_after']:.1%}; "
-              f"gain on graded problems {min(points):+.1f} to {max(points):+.1f} points")  # fmt: skip
+        print(
+            f"{args.variant} seed {seed}, {args.threads} thread(s): validation "
+            f"{record['validation_before']:.1%} -> {record['validation_after']:.1%}; "
+            f"gain on graded problems {min(points):+.1f} to {max(points):+.1f} points"
+        )
 
 
 if __name__ == "__main__":

@@ -41,9 +41,16 @@ def lone_cpu_seconds(with_groups: bool, seconds: float, crowd: int) -> float:
         return subprocess.Popen(argv)
 
     spin = [sys.executable, "-c", SPIN.format(s=seconds)]
-    crowd_job = start([sys.executable, "-c", "import subprocess, sys\n"
-                       f"ps = [subprocess.Popen({spin!r}) for _ in range({crowd})]\n"
-                       "[p.wait() for p in ps]"], "crowd")  # fmt: skip
+    crowd_job = start(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys\n"
+            f"ps = [subprocess.Popen({spin!r}) for _ in range({crowd})]\n"
+            "[p.wait() for p in ps]",
+        ],
+        "crowd",
+    )
     try:
         time.sleep(0.5)  # the crowd first: the lone process comes to a busy machine
         lone = start(spin, "lone")
@@ -70,10 +77,11 @@ def main() -> None:
             rounds[mode].append(round(lone_cpu_seconds(with_groups, args.seconds, args.crowd), 2))
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "seconds": args.seconds, "crowd": args.crowd,
+        "seconds": args.seconds,
+        "crowd": args.crowd,
         "lone_cpu_seconds": rounds,
         "left_behind": [str(path) for path in cgroups.left_behind()],
-    }  # fmt: skip
+    }
     args.out.with_suffix(".tmp").write_text(json.dumps(result, indent=1) + "\n")
     args.out.with_suffix(".tmp").replace(args.out)
     print(json.dumps(result))

@@ -38,8 +38,15 @@ from grpo_minimal.lm_model import format_prompt, load_tokenizer
 from grpo_minimal.math_config import MathConfig
 from grpo_minimal.shipped import model_path
 
-SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=4096, tie_word_embeddings=True)  # fmt: skip
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=4096,
+    tie_word_embeddings=True,
+)
 # section 8 of notebook 06, on top of the GPU settings (its accumulation divides the 4 prompts)
 EXPERIMENT = dict(num_generations=16, prompts_per_step=4, beta=0.0, loss_type="grpo")
 
@@ -49,8 +56,13 @@ def measure(architecture: dict, device: str, dtype: str, overrides: dict, length
 
     gpu = {**MathConfig.PRESETS["gpu"], **overrides}
     accumulation = math.gcd(gpu["gradient_accumulation_steps"], gpu["prompts_per_step"])
-    cfg = MathConfig.for_device("cuda", **overrides, dtype=dtype, max_completion_length=length,
-                                gradient_accumulation_steps=accumulation)  # fmt: skip
+    cfg = MathConfig.for_device(
+        "cuda",
+        **overrides,
+        dtype=dtype,
+        max_completion_length=length,
+        gradient_accumulation_steps=accumulation,
+    )
     cfg = MathConfig(**{**cfg.to_dict(), "device": device})
     tokenizer = load_tokenizer(str(model_path("standin")))
     torch.manual_seed(0)
@@ -68,12 +80,16 @@ def measure(architecture: dict, device: str, dtype: str, overrides: dict, length
     if trainer.device.type == "cuda":
         torch.cuda.synchronize()
     step_s = time.perf_counter() - start
-    plan = plan_memory(architecture, num_generations=cfg.num_generations,
-                       prompts_per_micro_batch=cfg.prompts_per_step // accumulation,
-                       prompt_length=prompt_tokens, completion_length=length,
-                       precision="float32" if dtype == "float32" else "fp32-autocast",
-                       gradient_checkpointing=cfg.gradient_checkpointing,
-                       beta=cfg.beta)  # fmt: skip
+    plan = plan_memory(
+        architecture,
+        num_generations=cfg.num_generations,
+        prompts_per_micro_batch=cfg.prompts_per_step // accumulation,
+        prompt_length=prompt_tokens,
+        completion_length=length,
+        precision="float32" if dtype == "float32" else "fp32-autocast",
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        beta=cfg.beta,
+    )
     return {
         "dtype": str(trainer.dtype).removeprefix("torch."),
         "num_generations": cfg.num_generations,
@@ -97,8 +113,11 @@ def main() -> None:
     device = "cpu" if args.small else "cuda"
     architecture = SMALL if args.small else QWEN2_5["0.5B"]
     length = 8 if args.small else MathConfig.PRESETS["gpu"]["max_completion_length"]
-    runs = [(name, dtype, overrides) for dtype in ("bfloat16", "float16")
-            for name, overrides in (("main run", {}), ("section 8", EXPERIMENT))]  # fmt: skip
+    runs = [
+        (name, dtype, overrides)
+        for dtype in ("bfloat16", "float16")
+        for name, overrides in (("main run", {}), ("section 8", EXPERIMENT))
+    ]
     # a T4's ways out when the main run does not fit or overflows in fp16
     runs += [("main run, beta 0", "float16", {"beta": 0.0}), ("main run", "float32", {})]
     if args.small:
@@ -113,10 +132,14 @@ def main() -> None:
     gpu = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "CPU"
     import transformers
 
-    result = {"machine": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
-              "date": datetime.date.today().isoformat(),
-              "architecture": "Qwen2.5-0.5B (random weights)" if not args.small else "small",
-              "rows": rows}  # fmt: skip
+    result = {
+        "machine": gpu,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "date": datetime.date.today().isoformat(),
+        "architecture": "Qwen2.5-0.5B (random weights)" if not args.small else "small",
+        "rows": rows,
+    }
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

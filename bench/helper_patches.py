@@ -61,31 +61,38 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="helper-patches-") as folder:
         built = Path(folder)
         for lab, (answers, cell, patch) in NOTEBOOKS.items():
-            build_labs(ROOT / "instructor/labs", built / "student", built / "grader", only=lab,
-                       seed=1)  # fmt: skip
+            build_labs(
+                ROOT / "instructor/labs", built / "student", built / "grader", only=lab, seed=1
+            )
             for kind in ("plain", "patched"):
                 filled = dict(answers)
                 if kind == "patched":
                     filled[cell] = (filled[cell] + "\n" if cell in filled else "") + patch
                 (built / kind).mkdir(exist_ok=True)
-                notebook = filled_lab(built / "student" / f"{lab}.ipynb", filled,
-                                      built / kind / f"{lab}.ipynb")  # fmt: skip
+                notebook = filled_lab(
+                    built / "student" / f"{lab}.ipynb", filled, built / kind / f"{lab}.ipynb"
+                )
                 exercises, _, _ = grading.grade_notebook_file(notebook, built / "grader")
                 scores[f"{lab} {kind}"] = {e.name: e.score for e in exercises}
                 total = sum(scores[f"{lab} {kind}"].values())
                 possible[lab] = sum(e.possible for e in exercises)
                 print(f"{lab:18} {kind:8} {total:g} / {possible[lab]:g}", flush=True)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip()  # fmt: skip
-    changed = subprocess.run(["git", "status", "--short", "grpo_minimal"], cwd=ROOT,
-                             capture_output=True, text=True).stdout.strip()  # fmt: skip
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    changed = subprocess.run(
+        ["git", "status", "--short", "grpo_minimal"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     runs[args.label] = {
-        "date": datetime.date.today().isoformat(), "machine": platform.machine(),
-        "cpus": os.cpu_count(), "checkout": head,
+        "date": datetime.date.today().isoformat(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "checkout": head,
         "package_differs_from_checkout": bool(changed),  # an older grpo_minimal/ checked out
-        "possible": possible, "scores": scores,
+        "possible": possible,
+        "scores": scores,
         "seconds": round(time.perf_counter() - start, 1),
-    }  # fmt: skip
+    }
     args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
 
 

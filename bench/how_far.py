@@ -32,8 +32,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--eval-every", type=int, default=250)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="MathConfig overrides, e.g. beta=0.0")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="MathConfig overrides, e.g. beta=0.0",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
@@ -47,23 +52,44 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     train, validation = validation_split(load_math_rows("arithmetic", "train"), 500)
     data = load_results(args.out)
-    done = {(json.dumps(r["overrides"], sort_keys=True), r["seed"], r["max_steps"])
-            for r in data["runs"]}  # fmt: skip
-    todo = [s for s in args.seeds
-            if (json.dumps(overrides, sort_keys=True), s, args.steps) not in done]  # fmt: skip
+    done = {
+        (json.dumps(r["overrides"], sort_keys=True), r["seed"], r["max_steps"])
+        for r in data["runs"]
+    }
+    todo = [
+        s for s in args.seeds if (json.dumps(overrides, sort_keys=True), s, args.steps) not in done
+    ]
     for seed in tqdm(todo, desc="runs"):
-        cfg = MathConfig(device="cpu", seed=seed, max_steps=args.steps, eval_every=args.eval_every,
-                         eval_n=len(validation), **overrides)  # fmt: skip
+        cfg = MathConfig(
+            device="cpu",
+            seed=seed,
+            max_steps=args.steps,
+            eval_every=args.eval_every,
+            eval_n=len(validation),
+            **overrides,
+        )
         _, history = train_math(cfg, train_rows=train, eval_rows=validation, progress=False)
         per_step = cfg.prompts_per_step * cfg.num_generations
-        curve = [{"step": h["step"], "completions": h["step"] * per_step,
-                  "train_s": h["train_s"], "validation_accuracy": h["eval_accuracy"]}
-                 for h in history if h.get("eval_accuracy") is not None]  # fmt: skip
-        append_result(args.out, data, {"overrides": overrides, "seed": seed,
-                                       "max_steps": args.steps, "curve": curve})  # fmt: skip
+        curve = [
+            {
+                "step": h["step"],
+                "completions": h["step"] * per_step,
+                "train_s": h["train_s"],
+                "validation_accuracy": h["eval_accuracy"],
+            }
+            for h in history
+            if h.get("eval_accuracy") is not None
+        ]
+        append_result(
+            args.out,
+            data,
+            {"overrides": overrides, "seed": seed, "max_steps": args.steps, "curve": curve},
+        )
         for point in curve:
-            print(f"seed {seed} step {point['step']:5d} ({point['completions']:7d} completions): "
-                  f"{point['validation_accuracy']:.1%}")  # fmt: skip
+            print(
+                f"seed {seed} step {point['step']:5d} ({point['completions']:7d} completions): "
+                f"{point['validation_accuracy']:.1%}"
+            )
 
 
 if __name__ == "__main__":

@@ -103,28 +103,53 @@ def one_run(job: dict) -> dict:
     baseline = resident_mb()
     reset_peak_memory(torch.device("cpu"))
     start = time.perf_counter()
-    _, history = train_math(cfg, model, tokenizer, progress=False,
-                            trainer_cls=LMPPOTrainer if ppo else LMGRPOTrainer)  # fmt: skip
+    _, history = train_math(
+        cfg, model, tokenizer, progress=False, trainer_cls=LMPPOTrainer if ppo else LMGRPOTrainer
+    )
     wall = time.perf_counter() - start
     steps = [r for r in history if "reward_mean" in r]
     per_step = cfg.prompts_per_step * cfg.num_generations
-    keys = ("kl", "completion_length", "reward_mean", "sample_s", "critic_s", "update_s", "step_s",
-            "explained_variance", "value_loss")  # fmt: skip
+    keys = (
+        "kl",
+        "completion_length",
+        "reward_mean",
+        "sample_s",
+        "critic_s",
+        "update_s",
+        "step_s",
+        "explained_variance",
+        "value_loss",
+    )
     rows = load_math_rows(cfg.dataset, "train")[:1000]
     longest_prompt = max(len(tokenizer(r["prompt"])["input_ids"]) for r in rows)
     return {
         **{k: job[k] for k in ("algo", "setting", "seed")},
         "config": cfg.to_dict(),
         "completions_per_step": per_step,
-        "evals": [{"step": r["step"], "train_s": r["train_s"], "accuracy": r["eval_accuracy"],
-                   "completions": r["step"] * per_step} for r in history if "eval_accuracy" in r],  # fmt: skip
+        "evals": [
+            {
+                "step": r["step"],
+                "train_s": r["train_s"],
+                "accuracy": r["eval_accuracy"],
+                "completions": r["step"] * per_step,
+            }
+            for r in history
+            if "eval_accuracy" in r
+        ],
         "curves": {k: [r.get(k) for r in steps] for k in keys if k in steps[0]},
         "train_s": history[-1]["train_s"],
         "wall_s": round(wall, 1),
         "peak_above_model_mb": round(history[-1]["peak_memory_mb"] - baseline, 1),
-        "planned_update_mb": round(planned_mb(model, job["algo"], per_step // max(
-            1, cfg.gradient_accumulation_steps), longest_prompt + cfg.max_completion_length,
-            cfg.beta), 2),  # fmt: skip
+        "planned_update_mb": round(
+            planned_mb(
+                model,
+                job["algo"],
+                per_step // max(1, cfg.gradient_accumulation_steps),
+                longest_prompt + cfg.max_completion_length,
+                cfg.beta,
+            ),
+            2,
+        ),
     }
 
 
@@ -133,10 +158,22 @@ def jobs_for(seeds, steps: int, eval_every: int) -> list[dict]:
     for setting, ((prompts, group), ppo_prompts) in SETTINGS.items():
         for seed in seeds:
             common = {"seed": seed, "max_steps": steps, "eval_every": eval_every, "eval_n": 500}
-            jobs.append({"algo": "grpo", "setting": setting, "seed": seed,
-                         "config": common | {"prompts_per_step": prompts, "num_generations": group}})  # fmt: skip
-            jobs.append({"algo": "ppo", "setting": setting, "seed": seed,
-                         "config": common | {"prompts_per_step": ppo_prompts}})  # fmt: skip
+            jobs.append(
+                {
+                    "algo": "grpo",
+                    "setting": setting,
+                    "seed": seed,
+                    "config": common | {"prompts_per_step": prompts, "num_generations": group},
+                }
+            )
+            jobs.append(
+                {
+                    "algo": "ppo",
+                    "setting": setting,
+                    "seed": seed,
+                    "config": common | {"prompts_per_step": ppo_prompts},
+                }
+            )
     return jobs
 
 
@@ -149,11 +186,14 @@ def split_seconds(group: list[dict]) -> dict[str, float]:
     """Mean seconds per step over steps and seeds: sampling; the critic's pass over the rollout
     (PPO); the rest of the step (scoring, the fixed log-prob passes and the update), the same
     definition for both methods."""
+
     def mean(r, key):
         return statistics.fmean(r["curves"].get(key) or [0.0] * len(r["curves"]["step_s"]))
 
-    parts = {key: statistics.fmean(mean(r, key) for r in group)
-             for key in ("sample_s", "critic_s", "step_s")}  # fmt: skip
+    parts = {
+        key: statistics.fmean(mean(r, key) for r in group)
+        for key in ("sample_s", "critic_s", "step_s")
+    }
     parts["update_s"] = parts["step_s"] - parts["sample_s"] - parts["critic_s"]
     return {key: round(value, 4) for key, value in parts.items()}
 
@@ -169,8 +209,13 @@ def summarise(runs: list[dict]) -> dict:
 
     def interval(values, null=0.0):
         mean, low, high = t_interval(values)
-        return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
-                "values": [round(v, 4) for v in values], "verdict": verdict(low, high, null)}  # fmt: skip
+        return {
+            "mean": round(mean, 4),
+            "low": round(low, 4),
+            "high": round(high, 4),
+            "values": [round(v, 4) for v in values],
+            "verdict": verdict(low, high, null),
+        }
 
     out = {}
     for setting in SETTINGS:
@@ -188,8 +233,13 @@ def summarise(runs: list[dict]) -> dict:
         def mean_of(r, key):
             return statistics.fmean(v for v in r["curves"].get(key, [0.0]) if v is not None)
 
-        equal_time = [(accuracy_within(p, min(p["train_s"], g["train_s"])),
-                       accuracy_within(g, min(p["train_s"], g["train_s"]))) for p, g in zip(ppo, grpo, strict=True)]  # fmt: skip
+        equal_time = [
+            (
+                accuracy_within(p, min(p["train_s"], g["train_s"])),
+                accuracy_within(g, min(p["train_s"], g["train_s"])),
+            )
+            for p, g in zip(ppo, grpo, strict=True)
+        ]
         thirds = {}
         for r in ppo:
             ev = r["curves"]["explained_variance"]
@@ -201,28 +251,47 @@ def summarise(runs: list[dict]) -> dict:
             "completions_per_step": ppo[0]["completions_per_step"],
             "steps": ppo[0]["evals"][-1]["step"],
             "accuracy_before": statistics.fmean(r["evals"][0]["accuracy"] for r in ppo + grpo),
-            "final_accuracy": {"ppo": interval([final(r) for r in ppo]),
-                               "grpo": interval([final(r) for r in grpo])},  # fmt: skip
-            "ppo_minus_grpo_equal_completions": interval([final(p) - final(g) for p, g in zip(ppo, grpo, strict=True)]),
+            "final_accuracy": {
+                "ppo": interval([final(r) for r in ppo]),
+                "grpo": interval([final(r) for r in grpo]),
+            },
+            "ppo_minus_grpo_equal_completions": interval(
+                [final(p) - final(g) for p, g in zip(ppo, grpo, strict=True)]
+            ),
             "ppo_minus_grpo_equal_seconds": interval([p - g for p, g in equal_time]),
-            "seconds_per_step": {algo: split_seconds(group) for algo, group in (("ppo", ppo), ("grpo", grpo))},
+            "seconds_per_step": {
+                algo: split_seconds(group) for algo, group in (("ppo", ppo), ("grpo", grpo))
+            },
             "step_time_ratio_ppo_over_grpo": interval(
-                [mean_of(p, "step_s") / mean_of(g, "step_s") for p, g in zip(ppo, grpo, strict=True)], null=1.0),
+                [
+                    mean_of(p, "step_s") / mean_of(g, "step_s")
+                    for p, g in zip(ppo, grpo, strict=True)
+                ],
+                null=1.0,
+            ),
             "train_s": {"ppo": [r["train_s"] for r in ppo], "grpo": [r["train_s"] for r in grpo]},
-            "peak_above_model_mb": {"ppo": interval([r["peak_above_model_mb"] for r in ppo]),
-                                    "grpo": interval([r["peak_above_model_mb"] for r in grpo])},  # fmt: skip
-            "planned_update_mb": {"ppo": ppo[0]["planned_update_mb"], "grpo": grpo[0]["planned_update_mb"]},
+            "peak_above_model_mb": {
+                "ppo": interval([r["peak_above_model_mb"] for r in ppo]),
+                "grpo": interval([r["peak_above_model_mb"] for r in grpo]),
+            },
+            "planned_update_mb": {
+                "ppo": ppo[0]["planned_update_mb"],
+                "grpo": grpo[0]["planned_update_mb"],
+            },
             "explained_variance_thirds": {k: interval(v) for k, v in thirds.items()},
             "stability": {
                 algo: {
                     "final_accuracy_sd": round(statistics.stdev(final(r) for r in group), 4),
                     "max_kl": round(max(max(r["curves"]["kl"]) for r in group), 4),
-                    "min_completion_length": round(min(min(r["curves"]["completion_length"]) for r in group), 3),
-                    "collapses": sum(max(e["accuracy"] for e in r["evals"]) - final(r) >= COLLAPSE
-                                     for r in group),
+                    "min_completion_length": round(
+                        min(min(r["curves"]["completion_length"]) for r in group), 3
+                    ),
+                    "collapses": sum(
+                        max(e["accuracy"] for e in r["evals"]) - final(r) >= COLLAPSE for r in group
+                    ),
                 }
                 for algo, group in (("ppo", ppo), ("grpo", grpo))
-            },  # fmt: skip
+            },
         }
     return out
 
@@ -234,23 +303,41 @@ def real_model(steps: int) -> dict:
     jobs = []
     for beta in (0.0, 0.04):
         for algo in ("grpo", "ppo"):
-            jobs.append({"algo": algo, "setting": f"beta={beta}", "seed": 0, "threads": 2,
-                         "config": {"model": "smollm2-135m", "beta": beta, "max_steps": steps,
-                                    "eval_every": 0, "eval_n": 8}})  # fmt: skip
+            jobs.append(
+                {
+                    "algo": algo,
+                    "setting": f"beta={beta}",
+                    "seed": 0,
+                    "threads": 2,
+                    "config": {
+                        "model": "smollm2-135m",
+                        "beta": beta,
+                        "max_steps": steps,
+                        "eval_every": 0,
+                        "eval_n": 8,
+                    },
+                }
+            )
     with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
         runs = pool.map(one_run, jobs, chunksize=1)
     table = []
     for run in runs:
         curves = run["curves"]
-        table.append({
-            "algo": run["algo"], "beta": run["config"]["beta"],
-            "completions_per_step": run["completions_per_step"],
-            # the first step also warms up allocations and caches: the mean is over the rest
-            **{key: round(statistics.fmean(curves[key][1:]), 2)
-               for key in ("sample_s", "critic_s", "update_s", "step_s") if key in curves},
-            "peak_above_model_mb": run["peak_above_model_mb"],
-            "planned_update_mb": run["planned_update_mb"],
-        })  # fmt: skip
+        table.append(
+            {
+                "algo": run["algo"],
+                "beta": run["config"]["beta"],
+                "completions_per_step": run["completions_per_step"],
+                # the first step also warms up allocations and caches: the mean is over the rest
+                **{
+                    key: round(statistics.fmean(curves[key][1:]), 2)
+                    for key in ("sample_s", "critic_s", "update_s", "step_s")
+                    if key in curves
+                },
+                "peak_above_model_mb": run["peak_above_model_mb"],
+                "planned_update_mb": run["planned_update_mb"],
+            }
+        )
     return {"steps": steps, "threads": 2, "runs": table}
 
 
@@ -260,10 +347,13 @@ BLOCK = 10  # the stored curves are means over blocks of this many steps
 def stored(run: dict) -> dict:
     """A run as the results file keeps it: curves averaged over blocks of ``BLOCK`` steps, four
     significant digits (the summary was computed from every step)."""
+
     def blocks(values):
         values = [v for v in values if v is not None]
-        return [float(f"{statistics.fmean(values[i : i + BLOCK]):.4g}")
-                for i in range(0, len(values), BLOCK)]  # fmt: skip
+        return [
+            float(f"{statistics.fmean(values[i : i + BLOCK]):.4g}")
+            for i in range(0, len(values), BLOCK)
+        ]
 
     return run | {"curves": {k: blocks(v) for k, v in run["curves"].items()}, "curve_block": BLOCK}
 
@@ -283,10 +373,23 @@ def epochs_control(seeds, steps: int, workers: int) -> dict:
     from grpo_minimal.course.stats import t_interval
 
     (prompts, group), _ = SETTINGS["defaults"]
-    jobs = [{"algo": "grpo", "setting": "defaults_4_epochs", "seed": seed,
-             "config": {"seed": seed, "max_steps": steps, "eval_every": 50, "eval_n": 500,
-                        "prompts_per_step": prompts, "num_generations": group, "num_iterations": 4}}
-            for seed in seeds]  # fmt: skip
+    jobs = [
+        {
+            "algo": "grpo",
+            "setting": "defaults_4_epochs",
+            "seed": seed,
+            "config": {
+                "seed": seed,
+                "max_steps": steps,
+                "eval_every": 50,
+                "eval_n": 500,
+                "prompts_per_step": prompts,
+                "num_generations": group,
+                "num_iterations": 4,
+            },
+        }
+        for seed in seeds
+    ]
     with multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool:
         runs = pool.map(one_run, jobs, chunksize=1)
     committed = json.loads((RESULTS / "llm_ppo_vs_grpo.json").read_text())["runs"]
@@ -294,17 +397,27 @@ def epochs_control(seeds, steps: int, workers: int) -> dict:
 
     def interval(values, null=0.0):
         mean, low, high = t_interval(values)
-        return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
-                "values": [round(v, 4) for v in values], "verdict": verdict(low, high, null)}  # fmt: skip
+        return {
+            "mean": round(mean, 4),
+            "low": round(low, 4),
+            "high": round(high, 4),
+            "values": [round(v, 4) for v in values],
+            "verdict": verdict(low, high, null),
+        }
 
     final = {r["seed"]: r["evals"][-1]["accuracy"] for r in runs}
-    within = [(accuracy_within(ppo[s], min(ppo[s]["train_s"], r["train_s"])),
-               accuracy_within(r, min(ppo[s]["train_s"], r["train_s"]))) for s, r in
-              ((r["seed"], r) for r in runs)]  # fmt: skip
+    within = [
+        (
+            accuracy_within(ppo[s], min(ppo[s]["train_s"], r["train_s"])),
+            accuracy_within(r, min(ppo[s]["train_s"], r["train_s"])),
+        )
+        for s, r in ((r["seed"], r) for r in runs)
+    ]
     summary = {
         "final_accuracy": interval(list(final.values())),
         "ppo_minus_grpo_equal_completions": interval(
-            [ppo[s]["evals"][-1]["accuracy"] - a for s, a in final.items()]),
+            [ppo[s]["evals"][-1]["accuracy"] - a for s, a in final.items()]
+        ),
         "ppo_minus_grpo_equal_seconds": interval([p - g for p, g in within]),
         "seconds_per_step": split_seconds(runs),
         "peak_above_model_mb": interval([r["peak_above_model_mb"] for r in runs]),

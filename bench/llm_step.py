@@ -76,13 +76,22 @@ REAL_METHODS = ("grpo_minimal", "trl", "floor")  # the naive loop: one generate 
 def make_config(args) -> MathConfig:
     """The model's defaults (the tiny model: notebook 06's run; ``smollm2-135m``: notebook 11's,
     ``MathConfig.PRESETS``) with the sizes given on the command line."""
-    given = {"prompts_per_step": args.prompts, "num_generations": args.generations,
-             "max_completion_length": args.max_new_tokens, "beta": args.beta}  # fmt: skip
+    given = {
+        "prompts_per_step": args.prompts,
+        "num_generations": args.generations,
+        "max_completion_length": args.max_new_tokens,
+        "beta": args.beta,
+    }
     given = {k: v for k, v in given.items() if v is not None}
     return MathConfig.for_device(
-        "cpu", model=args.model, dtype="float32", seed=args.seed, max_steps=10_000,
-        lr_scheduler_type="constant", **given,
-    )  # fmt: skip
+        "cpu",
+        model=args.model,
+        dtype="float32",
+        seed=args.seed,
+        max_steps=10_000,
+        lr_scheduler_type="constant",
+        **given,
+    )
 
 
 def training_rows(cfg: MathConfig) -> list[dict]:
@@ -107,24 +116,44 @@ class FloorStep:
     def step(self, rows: list[dict]) -> None:
         cfg, G = self.cfg, self.cfg.num_generations
         prompts = [format_prompt(r["prompt"], self.tokenizer, cfg.prompt_template) for r in rows]
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
-                             add_special_tokens=False)  # fmt: skip
-        ids, mask = enc.input_ids.repeat_interleave(G, 0), enc.attention_mask.repeat_interleave(G, 0)
+        enc = self.tokenizer(
+            prompts,
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+            add_special_tokens=False,
+        )
+        ids, mask = (
+            enc.input_ids.repeat_interleave(G, 0),
+            enc.attention_mask.repeat_interleave(G, 0),
+        )
         self.model.eval()
         with torch.no_grad():
             out = self.model.generate(
-                input_ids=ids, attention_mask=mask, do_sample=True, temperature=cfg.temperature,
-                top_k=0, max_new_tokens=cfg.max_completion_length, eos_token_id=self.eos,
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=cfg.temperature,
+                top_k=0,
+                max_new_tokens=cfg.max_completion_length,
+                eos_token_id=self.eos,
                 pad_token_id=self.tokenizer.pad_token_id,
-            )  # fmt: skip
+            )
         self.model.train()
         completion = out[:, ids.shape[1] :]
         completion_mask = mask_after_eos(completion, self.eos)
         full_mask = torch.cat([mask, completion_mask], dim=1)
         positions = (full_mask.cumsum(1) - 1).clamp(min=0)  # left padding: count real tokens
         C = completion.shape[1]  # logits only where a completion token is predicted
-        logits = self.model(input_ids=out, attention_mask=full_mask, position_ids=positions,
-                            logits_to_keep=C + 1).logits[:, :-1] / cfg.temperature  # fmt: skip
+        logits = (
+            self.model(
+                input_ids=out,
+                attention_mask=full_mask,
+                position_ids=positions,
+                logits_to_keep=C + 1,
+            ).logits[:, :-1]
+            / cfg.temperature
+        )
         chosen = logits.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
         logps = chosen - logits.logsumexp(-1)
         sign = torch.tensor([1.0 if i % G < G // 2 else -1.0 for i in range(len(out))])
@@ -147,12 +176,18 @@ class Runner:
             self.trainer = FloorStep(cfg, model, tokenizer)
         elif method == "naive":
             self.trainer = NaiveGRPO(
-                model, tokenizer, accuracy_reward, group_size=cfg.num_generations,
-                clip_epsilon=cfg.epsilon, kl_coef=cfg.beta, lr=cfg.learning_rate,
-                max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
+                model,
+                tokenizer,
+                accuracy_reward,
+                group_size=cfg.num_generations,
+                clip_epsilon=cfg.epsilon,
+                kl_coef=cfg.beta,
+                lr=cfg.learning_rate,
+                max_new_tokens=cfg.max_completion_length,
+                temperature=cfg.temperature,
                 top_p=cfg.top_p,
                 ref_model=copy.deepcopy(model).requires_grad_(False) if cfg.beta > 0 else None,
-            )  # fmt: skip
+            )
         else:  # TRL's trainer is built on the first run()
             self.model, self.tokenizer, self.workdir = model, tokenizer, workdir
 
@@ -188,10 +223,22 @@ class Runner:
 
 def measure_memory(method: str, args) -> dict:
     """Peak memory of a few steps of one method, in a fresh process."""
-    cmd = [sys.executable, __file__, "--memory-of", method, "--seed", str(args.seed),
-           "--model", args.model]  # fmt: skip
-    for flag, value in (("--prompts", args.prompts), ("--generations", args.generations),
-                        ("--max-new-tokens", args.max_new_tokens), ("--beta", args.beta)):  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--memory-of",
+        method,
+        "--seed",
+        str(args.seed),
+        "--model",
+        args.model,
+    ]
+    for flag, value in (
+        ("--prompts", args.prompts),
+        ("--generations", args.generations),
+        ("--max-new-tokens", args.max_new_tokens),
+        ("--beta", args.beta),
+    ):
         if value is not None:
             cmd += [flag, str(value)]
     if args.threads:
@@ -210,6 +257,7 @@ def memory_child(method: str, args) -> None:
         runner.run(3)
         peak = peak_memory_mb(torch.device("cpu"))
     print(json.dumps({"peak_mb": round(peak, 1), "growth_mb": round(peak - loaded, 1)}))
+
 
 # (stage, function) pairs: a stage's time is the cumulative time of its function in the profile
 PROFILE_STAGES = [
@@ -238,8 +286,11 @@ def profile_steps(cfg: MathConfig, rows: list[dict], steps: int) -> None:
     stats = pstats.Stats(profiler)
     print(f"per step, mean over {steps} profiled steps (cProfile's own overhead included):")
     for label, file, name in PROFILE_STAGES:
-        found = [(cum, calls) for (f, _, fn), (_, calls, _, cum, _) in stats.stats.items()
-                 if f.endswith(file) and fn == name]  # fmt: skip
+        found = [
+            (cum, calls)
+            for (f, _, fn), (_, calls, _, cum, _) in stats.stats.items()
+            if f.endswith(file) and fn == name
+        ]
         if found:
             cum, calls = max(found)  # the outermost of nested calls (e.g. Qwen2ForCausalLM)
             print(f"  {label:<24}{cum / steps * 1000:8.1f} ms  ({calls / steps:.1f} calls)")
@@ -253,22 +304,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per round (default: 8)")
-    parser.add_argument("--naive-steps", type=int, default=2,
-                        help="timed steps per round of the slow naive loop (default: 2)")  # fmt: skip
+    parser.add_argument(
+        "--naive-steps",
+        type=int,
+        default=2,
+        help="timed steps per round of the slow naive loop (default: 2)",
+    )
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default: 2)")
-    parser.add_argument("--model", default="tiny",
-                        help="tiny (notebook 06) or smollm2-135m (notebook 11: fetch it first)")  # fmt: skip
-    parser.add_argument("--prompts", type=int, help="prompts per step (default: the model's, 8 / 2)")
+    parser.add_argument(
+        "--model",
+        default="tiny",
+        help="tiny (notebook 06) or smollm2-135m (notebook 11: fetch it first)",
+    )
+    parser.add_argument(
+        "--prompts", type=int, help="prompts per step (default: the model's, 8 / 2)"
+    )
     parser.add_argument("--generations", type=int, help="G (default: the model's, 8)")
     parser.add_argument("--max-new-tokens", type=int, help="(default: the model's, 5 / 32)")
-    parser.add_argument("--beta", type=float,
-                        help="KL weight; > 0 adds the reference model's forward (default: the "
-                        "model's, 0.04 / 0)")  # fmt: skip
+    parser.add_argument(
+        "--beta",
+        type=float,
+        help="KL weight; > 0 adds the reference model's forward (default: the model's, 0.04 / 0)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-memory", action="store_true", help="do not measure memory")
-    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                        help="profile STEPS steps of grpo_minimal alone, print the top costs")  # fmt: skip
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="profile STEPS steps of grpo_minimal alone, print the top costs",
+    )
     parser.add_argument("--memory-of", choices=METHODS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
@@ -285,9 +352,11 @@ def main() -> None:
         profile_steps(cfg, rows, args.profile)
         return
     batch = cfg.prompts_per_step * cfg.num_generations
-    print(f"{args.model} model, {cfg.prompts_per_step} prompts x {cfg.num_generations} generations = "
-          f"{batch} completions a step, <= {cfg.max_completion_length} new tokens, beta "
-          f"{cfg.beta}, fp32, {torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs")  # fmt: skip
+    print(
+        f"{args.model} model, {cfg.prompts_per_step} prompts x {cfg.num_generations} generations = "
+        f"{batch} completions a step, <= {cfg.max_completion_length} new tokens, beta "
+        f"{cfg.beta}, fp32, {torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs"
+    )
     set_seed(cfg.seed)
     times: dict[str, list[float]] = {m: [] for m in methods}
     with tempfile.TemporaryDirectory() as workdir:
@@ -298,14 +367,21 @@ def main() -> None:
             for method, runner in runners.items():
                 steps = args.naive_steps if method == "naive" else args.steps
                 times[method] += runner.run(steps)
-            print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-                f"{m} {statistics.median(t) * 1000:.0f} ms/step" for m, t in times.items()))  # fmt: skip
+            print(
+                f"round {r + 1}/{args.rounds}: "
+                + ", ".join(
+                    f"{m} {statistics.median(t) * 1000:.0f} ms/step" for m, t in times.items()
+                )
+            )
 
     result = {}
     for method, t in times.items():
         step = statistics.median(t)
-        result[method] = {"median_step_s": round(step, 4), "completions_per_s": round(batch / step, 1),
-                          "steps_timed": len(t)}  # fmt: skip
+        result[method] = {
+            "median_step_s": round(step, 4),
+            "completions_per_s": round(batch / step, 1),
+            "steps_timed": len(t),
+        }
     if not args.skip_memory:
         for method in methods:
             result[method].update(measure_memory(method, args))
@@ -313,15 +389,31 @@ def main() -> None:
     print()
     print(f"{'method':<14}{'ms/step':>10}{'completions/s':>16}{'peak MB':>10}{'+MB steps':>11}")
     for method, r in result.items():
-        print(f"{method:<14}{r['median_step_s'] * 1000:>10.0f}{r['completions_per_s']:>16.1f}"
-              f"{r.get('peak_mb', float('nan')):>10.0f}{r.get('growth_mb', float('nan')):>11.0f}")  # fmt: skip
-    ratios = {f"grpo_minimal_vs_{m}": round(ours / result[m]["completions_per_s"], 2)
-              for m in methods if m != "grpo_minimal"}  # fmt: skip
-    said = {"trl": "TRL's", "naive": "the naive loop's", "floor": "the floor's (the same tensor work)"}
-    print("\ngrpo_minimal's completions/s: " + ", ".join(
-        f"{ratios[f'grpo_minimal_vs_{m}']}x {said[m]}" for m in methods if m != "grpo_minimal"))  # fmt: skip
-    print(json.dumps({"model": args.model, "config": cfg.to_dict(), "results": result,
-                      "ratios": ratios}))  # fmt: skip
+        print(
+            f"{method:<14}{r['median_step_s'] * 1000:>10.0f}{r['completions_per_s']:>16.1f}"
+            f"{r.get('peak_mb', float('nan')):>10.0f}{r.get('growth_mb', float('nan')):>11.0f}"
+        )
+    ratios = {
+        f"grpo_minimal_vs_{m}": round(ours / result[m]["completions_per_s"], 2)
+        for m in methods
+        if m != "grpo_minimal"
+    }
+    said = {
+        "trl": "TRL's",
+        "naive": "the naive loop's",
+        "floor": "the floor's (the same tensor work)",
+    }
+    print(
+        "\ngrpo_minimal's completions/s: "
+        + ", ".join(
+            f"{ratios[f'grpo_minimal_vs_{m}']}x {said[m]}" for m in methods if m != "grpo_minimal"
+        )
+    )
+    print(
+        json.dumps(
+            {"model": args.model, "config": cfg.to_dict(), "results": result, "ratios": ratios}
+        )
+    )
 
 
 if __name__ == "__main__":

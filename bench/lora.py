@@ -60,18 +60,23 @@ def one_run(job: dict) -> dict:
     model = trainer.model
     steps = [r for r in history if "step_s" in r]
     record = {
-        "method": job["method"], "seed": job["seed"], "lora_r": lora_r, "beta": cfg.beta,
-        "learning_rate": cfg.learning_rate, "steps": len(steps),
+        "method": job["method"],
+        "seed": job["seed"],
+        "lora_r": lora_r,
+        "beta": cfg.beta,
+        "learning_rate": cfg.learning_rate,
+        "steps": len(steps),
         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "parameters": sum(p.numel() for p in model.parameters()),
         "loaded_mb": round(loaded_mb, 1),
         "peak_memory_mb": round(history[-1]["peak_memory_mb"], 1),
         "step_s": [round(r["step_s"], 3) for r in steps],
         "mean_step_s": round(statistics.fmean(r["step_s"] for r in steps[1:]), 3)
-        if len(steps) > 1 else None,
+        if len(steps) > 1
+        else None,
         "reward_mean": [round(r["reward_mean"], 4) for r in steps],
         "train_s": history[-1]["train_s"],
-    }  # fmt: skip
+    }
     if job["score"]:
         record["after"] = scored(model, tokenizer, test, cfg)
     return record
@@ -80,31 +85,51 @@ def one_run(job: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=None, help="default: the smollm2-135m preset's 20")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="default: the smollm2-135m preset's 20"
+    )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     steps = {"max_steps": args.steps} if args.steps else {}
-    jobs = [{"method": method, "seed": seed, "score": True, "overrides": steps}
-            for seed in args.seeds for method in ("full", "lora")]  # fmt: skip
-    jobs += [{"method": method, "seed": 0, "score": False,
-              "overrides": {"beta": 0.04, "max_steps": 2}} for method in ("full", "lora")]  # fmt: skip
+    jobs = [
+        {"method": method, "seed": seed, "score": True, "overrides": steps}
+        for seed in args.seeds
+        for method in ("full", "lora")
+    ]
+    jobs += [
+        {"method": method, "seed": 0, "score": False, "overrides": {"beta": 0.04, "max_steps": 2}}
+        for method in ("full", "lora")
+    ]
     with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
         start = pool.apply(scored_start)
         runs = []
         for job in jobs:
             runs.append(pool.apply(one_run, (job,)))
-            print(json.dumps({k: v for k, v in runs[-1].items() if k not in ("after", "step_s",
-                              "reward_mean")}), flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        k: v
+                        for k, v in runs[-1].items()
+                        if k not in ("after", "step_s", "reward_mean")
+                    }
+                ),
+                flush=True,
+            )
     import peft
     import torch
     import transformers
 
     result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "threads": 2,
-        "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "peft": peft.__version__,
-        "rank": RANK, "start": start, "runs": runs,
-    }  # fmt: skip
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "threads": 2,
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "rank": RANK,
+        "start": start,
+        "runs": runs,
+    }
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(args.out)

@@ -146,24 +146,32 @@ def main(argv: list[str] | None = None) -> int:
     print("train s / train cpu s = the same run replayed without evaluation; eval steps = env")
     print("steps spent on greedy evaluation (not counted in steps). '>' marks an unsolved run.")
     print(f"greedy, held-out = 100 greedy episodes from reset seed {HELD_OUT_SEED} (mean +/- std).")
-    print(f"{'method':<15}{'seed':>5}{'steps':>9}{'wall s':>8}{'train s':>9}{'train cpu s':>12}"
-          f"{'eval steps':>11}{'updates':>8}{'greedy, held-out':>19}")  # fmt: skip
+    print(
+        f"{'method':<15}{'seed':>5}{'steps':>9}{'wall s':>8}{'train s':>9}{'train cpu s':>12}"
+        f"{'eval steps':>11}{'updates':>8}{'greedy, held-out':>19}"
+    )
     for name, rows in results.items():
         for r in rows:
             mark = "" if r["solved"] else ">"
-            print(f"{name:<15}{r['seed']:>5}{mark + str(r['steps']):>9}"
-                  f"{mark + format(r['wall_s'], '.2f'):>8}{mark + format(r['train_s'], '.2f'):>9}"
-                  f"{mark + format(r['train_cpu_s'], '.2f'):>12}{r['eval_steps']:>11}"
-                  f"{r['updates']:>8}{r['greedy']:>12.1f} +/- {r['greedy_std']:<5.1f}")  # fmt: skip
+            print(
+                f"{name:<15}{r['seed']:>5}{mark + str(r['steps']):>9}"
+                f"{mark + format(r['wall_s'], '.2f'):>8}{mark + format(r['train_s'], '.2f'):>9}"
+                f"{mark + format(r['train_cpu_s'], '.2f'):>12}{r['eval_steps']:>11}"
+                f"{r['updates']:>8}{r['greedy']:>12.1f} +/- {r['greedy_std']:<5.1f}"
+            )
 
     print()
-    print(f"{'method':<15}{'solved':>8}{'steps':>11}{'wall s':>9}{'train s':>9}"
-          f"{'train cpu s':>12}{'greedy':>8}   (medians; greedy: mean)")  # fmt: skip
+    print(
+        f"{'method':<15}{'solved':>8}{'steps':>11}{'wall s':>9}{'train s':>9}"
+        f"{'train cpu s':>12}{'greedy':>8}   (medians; greedy: mean)"
+    )
     for name, rows in results.items():
         greedy = statistics.mean(r["greedy"] for r in rows)
-        print(f"{name:<15}{sum(r['solved'] for r in rows):>6}/{len(rows)}"
-              f"{median(rows, 'steps', '.0f'):>11}{median(rows, 'wall_s'):>9}"
-              f"{median(rows, 'train_s'):>9}{median(rows, 'train_cpu_s'):>12}{greedy:>8.1f}")  # fmt: skip
+        print(
+            f"{name:<15}{sum(r['solved'] for r in rows):>6}/{len(rows)}"
+            f"{median(rows, 'steps', '.0f'):>11}{median(rows, 'wall_s'):>9}"
+            f"{median(rows, 'train_s'):>9}{median(rows, 'train_cpu_s'):>12}{greedy:>8.1f}"
+        )
 
     print()
     print("ratios X / ppo over seeds, with 95% percentile bootstrap intervals (10,000 resamples):")
@@ -172,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         if name != "ppo":
             print(f"{name}/ppo, medians: env steps to solve {ratio_text(rows, ppo, 'steps')};")
             print(f"  wall time to solve {ratio_text(rows, ppo, 'wall_s')};")
-            print(f"  training only: wall {ratio_text(rows, ppo, 'train_s')},"
-                  f" cpu {ratio_text(rows, ppo, 'train_cpu_s')};")  # fmt: skip
+            print(
+                f"  training only: wall {ratio_text(rows, ppo, 'train_s')},"
+                f" cpu {ratio_text(rows, ppo, 'train_cpu_s')};"
+            )
             print(f"  held-out greedy return (means) {ratio_text(rows, ppo, 'greedy', np.mean)}")
     if not all(r["solved"] for rows in results.values() for r in rows):
         print("(an unsolved run counts with its whole budget in the medians and ratios)")

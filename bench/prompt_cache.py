@@ -62,10 +62,14 @@ def main() -> None:
         shared, shared_sample = median_step_ms(True, rows, args.steps, args.warmup)
         plain, plain_sample = median_step_ms(False, rows, args.steps, args.warmup)
         ratios.append(plain / shared)
-        print(f"round {r}: step {shared:.0f} ms shared, {plain:.0f} ms not shared "
-              f"(sampling {shared_sample:.0f} / {plain_sample:.0f} ms): ratio {ratios[-1]:.2f}")  # fmt: skip
-    print(f"median ratio, step time without / with the shared prompt cache: "
-          f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})")  # fmt: skip
+        print(
+            f"round {r}: step {shared:.0f} ms shared, {plain:.0f} ms not shared "
+            f"(sampling {shared_sample:.0f} / {plain_sample:.0f} ms): ratio {ratios[-1]:.2f}"
+        )
+    print(
+        f"median ratio, step time without / with the shared prompt cache: "
+        f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})"
+    )
 
 
 if __name__ == "__main__":

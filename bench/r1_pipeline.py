@@ -36,15 +36,33 @@ def run(recipe: str, seed: int, stage_steps: int, train: list[dict], test: list[
     accuracies = []
     for index, (method, length) in enumerate(STAGES[recipe]):
         rft = method == "RFT"
-        cfg = MathConfig(device="cpu", seed=seed + 1000 * index, max_steps=length * stage_steps,
-                         eval_every=0, eval_n=len(test), beta=0.0 if rft else 0.04)  # fmt: skip
-        _, history = train_math(cfg, model, tokenizer, train, test, progress=False,
-                                trainer_cls=RFTTrainer if rft else LMGRPOTrainer)  # fmt: skip
+        cfg = MathConfig(
+            device="cpu",
+            seed=seed + 1000 * index,
+            max_steps=length * stage_steps,
+            eval_every=0,
+            eval_n=len(test),
+            beta=0.0 if rft else 0.04,
+        )
+        _, history = train_math(
+            cfg,
+            model,
+            tokenizer,
+            train,
+            test,
+            progress=False,
+            trainer_cls=RFTTrainer if rft else LMGRPOTrainer,
+        )
         if not accuracies:
             accuracies.append(history[0]["eval_accuracy"])
         accuracies.append(history[-1]["eval_accuracy"])
-    return {"recipe": recipe, "seed": seed, "stage_steps": stage_steps,
-            "stages": [m for m, _ in STAGES[recipe]], "accuracy_after_each": accuracies}  # fmt: skip
+    return {
+        "recipe": recipe,
+        "seed": seed,
+        "stage_steps": stage_steps,
+        "stages": [m for m, _ in STAGES[recipe]],
+        "accuracy_after_each": accuracies,
+    }
 
 
 def main() -> None:
@@ -58,8 +76,12 @@ def main() -> None:
     train, test = load_train_eval_rows("arithmetic", "test", 500)
     data = load_results(args.out)
     done = {(r["recipe"], r["seed"], r["stage_steps"]) for r in data["runs"]}
-    todo = [(recipe, seed) for recipe in STAGES for seed in args.seeds
-            if (recipe, seed, args.stage_steps) not in done]  # fmt: skip
+    todo = [
+        (recipe, seed)
+        for recipe in STAGES
+        for seed in args.seeds
+        if (recipe, seed, args.stage_steps) not in done
+    ]
     for recipe, seed in tqdm(todo, desc="runs"):
         record = append_result(args.out, data, run(recipe, seed, args.stage_steps, train, test))
         print(recipe, seed, " -> ".join(f"{a:.1%}" for a in record["accuracy_after_each"]))

@@ -38,8 +38,9 @@ OUT = RESULTS.with_name("real_model.json")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--backends", nargs="+", default=["grpo_minimal", "trl"],
-                        choices=["grpo_minimal", "trl"])  # fmt: skip
+    parser.add_argument(
+        "--backends", nargs="+", default=["grpo_minimal", "trl"], choices=["grpo_minimal", "trl"]
+    )
     parser.add_argument("--steps", type=int, default=None, help="default: the smollm2-135m preset")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(OUT))
@@ -63,13 +64,20 @@ def main() -> None:
         print(f"start: test accuracy {data['start']['accuracy']:.3f}", flush=True)
     for seed in args.seeds:
         for backend in args.backends:
-            if any(r["seed"] == seed and r["backend"] == backend and r["max_steps"] == base.max_steps
-                   for r in data["runs"]):  # fmt: skip
+            if any(
+                r["seed"] == seed and r["backend"] == backend and r["max_steps"] == base.max_steps
+                for r in data["runs"]
+            ):
                 continue
             budget = 0.0
             if backend == "trl":  # the same training seconds as this seed's run of ours
-                ours = [r for r in data["runs"] if r["seed"] == seed and
-                        r["backend"] == "grpo_minimal" and r["max_steps"] == base.max_steps]  # fmt: skip
+                ours = [
+                    r
+                    for r in data["runs"]
+                    if r["seed"] == seed
+                    and r["backend"] == "grpo_minimal"
+                    and r["max_steps"] == base.max_steps
+                ]
                 budget = ours[-1]["train_s"] if ours else 0.0
             cfg = MathConfig(**(base.to_dict() | {"seed": seed, "time_budget_s": budget}))
             record = run(backend, cfg, train_rows, test)[0]

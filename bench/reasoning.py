@@ -33,7 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--steps", type=int, default=None, help="default: the reasoning preset's max_steps")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="default: the reasoning preset's max_steps"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
@@ -47,9 +49,12 @@ def main() -> None:
         run = run_variant(variant, seed, test, sample_every=25, eval_n=len(test), max_steps=steps)
         record = append_result(args.out, data, run)
         first, last = record["evals"][0], record["evals"][-1]
-        print(f"{variant:15s} seed {seed}: accuracy {first['eval_accuracy']:.3f} -> "
-              f"{last['eval_accuracy']:.3f}, reasoning {first['eval_reasoning_rate']:.2f} -> "
-              f"{last['eval_reasoning_rate']:.2f}", flush=True)  # fmt: skip
+        print(
+            f"{variant:15s} seed {seed}: accuracy {first['eval_accuracy']:.3f} -> "
+            f"{last['eval_accuracy']:.3f}, reasoning {first['eval_reasoning_rate']:.2f} -> "
+            f"{last['eval_reasoning_rate']:.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

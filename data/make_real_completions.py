@@ -40,13 +40,22 @@ def main() -> None:
     rows = load_chat_arithmetic("train")[:N]
     prompts = [format_prompt(r["prompt"], tokenizer, cfg.prompt_template) for r in rows]
     rollout = sample_completions(
-        model, tokenizer, rows, prompts, num_generations=1,
-        max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature, top_p=1.0,
-        do_sample=True, eos_ids=eos_token_ids(model, tokenizer),
+        model,
+        tokenizer,
+        rows,
+        prompts,
+        num_generations=1,
+        max_new_tokens=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        top_p=1.0,
+        do_sample=True,
+        eos_ids=eos_token_ids(model, tokenizer),
         amp=torch.autocast("cpu", enabled=False),
-    )  # fmt: skip
-    lines = [json.dumps({"prompt": r["prompt"], "answer": r["answer"], "completion": c})
-             for r, c in zip(rows, rollout.completions, strict=True)]  # fmt: skip
+    )
+    lines = [
+        json.dumps({"prompt": r["prompt"], "answer": r["answer"], "completion": c})
+        for r, c in zip(rows, rollout.completions, strict=True)
+    ]
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {len(lines)} completions to {out}")
 

@@ -62,8 +62,11 @@ def main() -> None:
     args = parser.parse_args()
     shipped = splits()
     if args.fresh:
-        taken = {"{}+{}=".format(*sorted(operands(r["prompt"])))
-                 for rows in shipped.values() for r in rows}  # fmt: skip
+        taken = {
+            "{}+{}=".format(*sorted(operands(r["prompt"])))
+            for rows in shipped.values()
+            for r in rows
+        }
         path = Path(args.out or "reasoning_fresh.jsonl")
         write(draw(random.Random(args.seed), args.fresh, taken), path)
         print(f"{path}: {args.fresh} problems in no shipped split")

@@ -92,10 +92,16 @@ def complete(model, tokenizer, prompts: list[str], sample: bool = False) -> list
     texts = []
     for start in range(0, len(prompts), 250):
         enc = tokenizer(prompts[start : start + 250], return_tensors="pt", padding=True)
-        out = model.generate(**enc, do_sample=sample, max_new_tokens=MAX_NEW_TOKENS,
-                             top_k=None, temperature=1.0 if sample else None)  # fmt: skip
-        texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :],
-                                        skip_special_tokens=True)  # fmt: skip
+        out = model.generate(
+            **enc,
+            do_sample=sample,
+            max_new_tokens=MAX_NEW_TOKENS,
+            top_k=None,
+            temperature=1.0 if sample else None,
+        )
+        texts += tokenizer.batch_decode(
+            out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True
+        )
     model.train()
     return texts
 
@@ -105,8 +111,10 @@ def scores(model, tokenizer, rows: list[dict]) -> dict[str, float]:
     answers = [r["answer"] for r in rows]
     prompts = [r["prompt"] for r in rows]
     chosen = complete(model, tokenizer, prompts)
-    result = {"accuracy": sum(accuracy_reward(chosen, answers)) / len(rows),
-              "greedy_reasoning_rate": reasoning_rate(chosen)}  # fmt: skip
+    result = {
+        "accuracy": sum(accuracy_reward(chosen, answers)) / len(rows),
+        "greedy_reasoning_rate": reasoning_rate(chosen),
+    }
     for name, tag in (("think", "<think>"), ("direct", "<answer>")):
         forced = [tag + t for t in complete(model, tokenizer, [p + tag for p in prompts])]
         result[f"accuracy_{name}"] = sum(accuracy_reward(forced, answers)) / len(rows)
@@ -114,8 +122,13 @@ def scores(model, tokenizer, rows: list[dict]) -> dict[str, float]:
     return {k: round(v, 4) for k, v in result.items()}
 
 
-def build(share: float, out: Path, seed: int = SEED, steps: int | None = None,
-          stop: Callable[[dict], bool] | None = None) -> dict:  # fmt: skip
+def build(
+    share: float,
+    out: Path,
+    seed: int = SEED,
+    steps: int | None = None,
+    stop: Callable[[dict], bool] | None = None,
+) -> dict:
     """Fine-tune a fresh model on targets written with probability ``share``, until ``stop``
     says yes to the validation scores (checked every ``CHECK_EVERY`` steps; by default, once
     written solutions reach ``TARGET_THINK_ACCURACY``), or for exactly ``steps`` steps."""
@@ -146,8 +159,10 @@ def build(share: float, out: Path, seed: int = SEED, steps: int | None = None,
         optimizer.step()
         if steps is None and step % CHECK_EVERY == 0:
             val = scores(model, tokenizer, val_rows)
-            print(f"share {share} step {step:5d}  loss {loss.item():.3f}  validation {val}",
-                  flush=True)  # fmt: skip
+            print(
+                f"share {share} step {step:5d}  loss {loss.item():.3f}  validation {val}",
+                flush=True,
+            )
             if stop(val):
                 break
     info = {
@@ -174,8 +189,11 @@ def build(share: float, out: Path, seed: int = SEED, steps: int | None = None,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--share", type=float, help="share of written targets (one model)")
-    parser.add_argument("--direct-only", action="store_true",
-                        help="rebuild tiny_direct_lm against the shipped tiny_reasoning_lm")  # fmt: skip
+    parser.add_argument(
+        "--direct-only",
+        action="store_true",
+        help="rebuild tiny_direct_lm against the shipped tiny_reasoning_lm",
+    )
     parser.add_argument("--out", help="output folder of that one model")
     parser.add_argument("--seed", type=int, default=SEED, help=f"seed (default: {SEED})")
     parser.add_argument("--steps", type=int, help="SFT steps (default: the stopping rule)")
@@ -186,14 +204,17 @@ def main() -> None:
     if args.direct_only:
         info = json.loads((HERE / "tiny_reasoning_lm" / "training_info.json").read_text())
     else:
-        info = build(MODELS["tiny_reasoning_lm"], HERE / "tiny_reasoning_lm", args.seed,
-                     args.steps)  # fmt: skip
+        info = build(MODELS["tiny_reasoning_lm"], HERE / "tiny_reasoning_lm", args.seed, args.steps)
     # the model with no written targets stops at the first check reaching the first one's
     # validation accuracy, so that they differ in what they can write; checks are CHECK_EVERY
     # steps apart, so it may overshoot (the shipped pair: 42.7% against 34.0%)
     start = info["validation"]["accuracy"]
-    build(MODELS["tiny_direct_lm"], HERE / "tiny_direct_lm", args.seed,
-          stop=lambda val: val["accuracy"] >= start)  # fmt: skip
+    build(
+        MODELS["tiny_direct_lm"],
+        HERE / "tiny_direct_lm",
+        args.seed,
+        stop=lambda val: val["accuracy"] >= start,
+    )
 
 
 if __name__ == "__main__":

@@ -53,7 +53,11 @@ from grpo_minimal.rewards import R1_SYSTEM_PROMPT, accuracy_reward, format_rewar
 SEED = 0
 OUT = HERE / "standin_lm"
 # the course's data files (fixed: the tokenizer does not change when the prose does)
-CORPUS = ["data/gsm8k_sample.jsonl", "data/arithmetic_train.jsonl", "data/arithmetic_mix_train.jsonl"]
+CORPUS = [
+    "data/gsm8k_sample.jsonl",
+    "data/arithmetic_train.jsonl",
+    "data/arithmetic_mix_train.jsonl",
+]
 VOCAB_SIZE = 1024
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2's pre-tokenizer pattern: contractions, letter runs, single digits, punctuation, spaces
@@ -69,15 +73,26 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-MODEL = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True)  # fmt: skip
+MODEL = dict(
+    hidden_size=64,
+    intermediate_size=192,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    tie_word_embeddings=True,
+)
 STEPS, BATCH_SIZE, LEARNING_RATE = 600, 20, 3e-3
 MAX_NEW_TOKENS = 96
 
 
 def corpus_lines() -> list[str]:
     """The course's own text: each corpus file's lines (JSONL rows as their text fields)."""
-    lines = [R1_SYSTEM_PROMPT, BOXED_INSTRUCTION, "system user assistant You are a helpful assistant."]
+    lines = [
+        R1_SYSTEM_PROMPT,
+        BOXED_INSTRUCTION,
+        "system user assistant You are a helpful assistant.",
+    ]
     for name in CORPUS:
         path = ROOT / name
         if path.suffix == ".jsonl":
@@ -91,31 +106,46 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     """Byte-level BPE: every string encodes (no unknown token), spaces and letters included."""
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])  # fmt: skip
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, special_tokens=SPECIAL, show_progress=False,
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL,
+        show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
+    )
     tok.train_from_iterator(corpus_lines(), trainer)
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        chat_template=CHAT_TEMPLATE, padding_side="left", model_max_length=MODEL["max_position_embeddings"],
-    )  # fmt: skip
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        model_max_length=MODEL["max_position_embeddings"],
+    )
 
 
 def build_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
     end_ids = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
-    config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=end_ids[0],
-                         pad_token_id=tokenizer.pad_token_id, **MODEL)  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        bos_token_id=None,
+        eos_token_id=end_ids[0],
+        pad_token_id=tokenizer.pad_token_id,
+        **MODEL,
+    )
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(
-        eos_token_id=end_ids, pad_token_id=tokenizer.pad_token_id, do_sample=False,
+        eos_token_id=end_ids,
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=False,
         max_new_tokens=MAX_NEW_TOKENS,
-    )  # fmt: skip
+    )
     return model
 
 
@@ -124,8 +154,10 @@ def targets(row: dict) -> dict[str, str]:
     notes ``<<3*12=36>>`` removed), then the final number in the template's format."""
     steps = re.sub(r"<<[^>]*>>", "", row["solution"]).strip()
     gold = row["answer"]
-    return {"r1": f"<think>{steps}</think><answer>{gold}</answer>",
-            "boxed": f"{steps} The answer is \\boxed{{{gold}}}."}  # fmt: skip
+    return {
+        "r1": f"<think>{steps}</think><answer>{gold}</answer>",
+        "boxed": f"{steps} The answer is \\boxed{{{gold}}}.",
+    }
 
 
 def training_rows(tokenizer) -> list[dict[str, str]]:
@@ -136,8 +168,9 @@ def training_rows(tokenizer) -> list[dict[str, str]]:
     for row, example in zip(load_gsm8k_sample(), raw, strict=True):
         solution = example["answer"].rpartition("####")[0]
         for template, target in targets({**row, "solution": solution}).items():
-            rows.append({"prompt": format_prompt(row["prompt"], tokenizer, template),
-                         "target": target})  # fmt: skip
+            rows.append(
+                {"prompt": format_prompt(row["prompt"], tokenizer, template), "target": target}
+            )
     return rows
 
 
@@ -185,8 +218,10 @@ def main() -> None:
     out = Path(args.out)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (r1_acc, r1_format), (boxed_acc, _) = greedy_scores(model, tokenizer, "r1"), \
-        greedy_scores(model, tokenizer, "boxed")  # fmt: skip
+    (r1_acc, r1_format), (boxed_acc, _) = (
+        greedy_scores(model, tokenizer, "r1"),
+        greedy_scores(model, tokenizer, "boxed"),
+    )
     info = {
         "seed": SEED,
         "parameters": sum(p.numel() for p in model.parameters()),

@@ -79,18 +79,24 @@ def problems(n: int, seed: int = SEED) -> dict[str, list[dict]]:
     """``n`` problems of each kind: the task's kinds from the train split, the others made here."""
     rng = random.Random(seed)
     train = load_chat_arithmetic("train")
-    out = {kind: rng.sample([r for r in train if kind_of(r["prompt"]) == kind], n)
-           for kind in TASK_KINDS}  # fmt: skip
+    out = {
+        kind: rng.sample([r for r in train if kind_of(r["prompt"]) == kind], n)
+        for kind in TASK_KINDS
+    }
     pairs = [(rng.randint(2, 9), rng.randint(2, 9)) for _ in range(n)]
     out["times"] = [{"prompt": f"What is {a} * {b}?", "answer": str(a * b)} for a, b in pairs]
     pairs = [(rng.randint(10, 99), rng.randint(10, 99)) for _ in range(n)]
-    out["add_two_digit"] = [{"prompt": f"What is {a} + {b}?", "answer": str(a + b)}
-                            for a, b in pairs]  # fmt: skip
+    out["add_two_digit"] = [
+        {"prompt": f"What is {a} + {b}?", "answer": str(a + b)} for a, b in pairs
+    ]
     pairs = [(rng.randint(2, 20), rng.randint(2, 9)) for _ in range(n)]
     out["word_problem"] = [
-        {"prompt": f"Sam has {a} apples and buys {b} more. How many apples does Sam have now?",
-         "answer": str(a + b)} for a, b in pairs
-    ]  # fmt: skip
+        {
+            "prompt": f"Sam has {a} apples and buys {b} more. How many apples does Sam have now?",
+            "answer": str(a + b),
+        }
+        for a, b in pairs
+    ]
     return out
 
 
@@ -107,20 +113,31 @@ def measure(model, tokenizer, rows, prompt, temperature, samples, seed) -> dict:
     texts = [render(r["prompt"], tokenizer, prompt) for r in rows]
     G = 1 if temperature is None else samples
     done = sample_completions(
-        model, tokenizer, rows, texts, num_generations=G, max_new_tokens=MAX_NEW_TOKENS,
-        temperature=temperature or 1.0, do_sample=temperature is not None,
+        model,
+        tokenizer,
+        rows,
+        texts,
+        num_generations=G,
+        max_new_tokens=MAX_NEW_TOKENS,
+        temperature=temperature or 1.0,
+        do_sample=temperature is not None,
         eos_ids=eos_token_ids(model, tokenizer),
-    )  # fmt: skip
+    )
     right = accuracy_reward(done.completions, [r["answer"] for r in done.rows])
     per_problem = [int(sum(right[i : i + G])) for i in range(0, len(right), G)]
-    cell = {"accuracy": round(sum(right) / len(right), 4),
-            "cut": round(truncated_fraction(done.completion_ids, eos_token_ids(model, tokenizer)), 4),
-            "right": per_problem, "example": done.completions[0]}  # fmt: skip
+    cell = {
+        "accuracy": round(sum(right) / len(right), 4),
+        "cut": round(truncated_fraction(done.completion_ids, eos_token_ids(model, tokenizer)), 4),
+        "right": per_problem,
+        "example": done.completions[0],
+    }
     if G > 1:
         mixed = [float(0 < k < G) for k in per_problem]
         cell["mixed_groups"] = round(sum(mixed) / len(mixed), 4)
         # Wilson's interval: a bootstrap of 16 yes/no outcomes collapses to a point at 0 of 16
-        cell["mixed_interval"] = [round(x, 4) for x in wilson_interval(int(sum(mixed)), len(mixed))[1:]]
+        cell["mixed_interval"] = [
+            round(x, 4) for x in wilson_interval(int(sum(mixed)), len(mixed))[1:]
+        ]
     return cell
 
 
@@ -136,8 +153,9 @@ def bootstrap(a, b=None, paired=True, resamples=10_000, seed=SEED) -> tuple[floa
     b = np.asarray(b, dtype=float)
     if paired:
         return bootstrap(a - b, resamples=resamples, seed=seed)
-    boot = (a[rng.integers(0, len(a), (resamples, len(a)))].mean(axis=1)
-            - b[rng.integers(0, len(b), (resamples, len(b)))].mean(axis=1))  # fmt: skip
+    boot = a[rng.integers(0, len(a), (resamples, len(a)))].mean(axis=1) - b[
+        rng.integers(0, len(b), (resamples, len(b)))
+    ].mean(axis=1)
     return float(a.mean() - b.mean()), *np.quantile(boot, [0.025, 0.975]).tolist()
 
 
@@ -156,19 +174,37 @@ def comparisons(rows: list[dict], samples: int) -> list[dict]:
 
     out = []
     for what in ("mixed_groups", "sampled_accuracy"):
-        for label, x, y in [("final - boxed, T 0.7", ("final", 0.7), ("boxed", 0.7)),
-                            ("final - alone, T 0.7", ("final", 0.7), ("alone", 0.7)),
-                            ("final T 0.7 - final T 1.0", ("final", 0.7), ("final", 1.0))]:  # fmt: skip
+        for label, x, y in [
+            ("final - boxed, T 0.7", ("final", 0.7), ("boxed", 0.7)),
+            ("final - alone, T 0.7", ("final", 0.7), ("alone", 0.7)),
+            ("final T 0.7 - final T 1.0", ("final", 0.7), ("final", 1.0)),
+        ]:
             a, b = per_problem(TASK_KINDS, *x, what), per_problem(TASK_KINDS, *y, what)
             mean, low, high = bootstrap(a, b, paired=True)
-            out.append({"measure": what, "difference": f"{label}, the task's kinds",
-                        "problems": len(a), "mean": mean, "low": low, "high": high})  # fmt: skip
+            out.append(
+                {
+                    "measure": what,
+                    "difference": f"{label}, the task's kinds",
+                    "problems": len(a),
+                    "mean": mean,
+                    "low": low,
+                    "high": high,
+                }
+            )
         task = per_problem(TASK_KINDS, "final", 0.7, what)
         for other in OTHER_KINDS:
             b = per_problem([other], "final", 0.7, what)
             mean, low, high = bootstrap(task, b, paired=False)
-            out.append({"measure": what, "difference": f"the task's kinds - {other}, final, T 0.7",
-                        "problems": [len(task), len(b)], "mean": mean, "low": low, "high": high})  # fmt: skip
+            out.append(
+                {
+                    "measure": what,
+                    "difference": f"the task's kinds - {other}, final, T 0.7",
+                    "problems": [len(task), len(b)],
+                    "mean": mean,
+                    "low": low,
+                    "high": high,
+                }
+            )
     for r in out:
         r.update({k: round(r[k], 4) for k in ("mean", "low", "high")})
         r["resolved"] = not (r["low"] <= 0.0 <= r["high"])
@@ -193,19 +229,28 @@ def main() -> None:
     for i, (kind, prompt, temperature) in enumerate(grid):
         cell = measure(model, tokenizer, drawn[kind], prompt, temperature, args.samples, SEED + i)
         rows.append({"kind": kind, "prompt": prompt, "temperature": temperature, **cell})
-        print(f"{kind:14s} {prompt:6s} {'greedy' if temperature is None else temperature!s:6s} "
-              f"{json.dumps(cell)[:150]}", flush=True)  # fmt: skip
+        print(
+            f"{kind:14s} {prompt:6s} {'greedy' if temperature is None else temperature!s:6s} "
+            f"{json.dumps(cell)[:150]}",
+            flush=True,
+        )
     result = {
-        "script": "data/probe_chat_arithmetic.py", "model": MODEL, "seed": SEED,
-        "problems_per_kind": args.problems, "samples": args.samples,
-        "max_new_tokens": MAX_NEW_TOKENS, "threads": args.threads,
+        "script": "data/probe_chat_arithmetic.py",
+        "model": MODEL,
+        "seed": SEED,
+        "problems_per_kind": args.problems,
+        "samples": args.samples,
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "threads": args.threads,
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch "
-                   f"{torch.__version__}, transformers {transformers.__version__}",
+        f"{torch.__version__}, transformers {transformers.__version__}",
         "date": datetime.date.today().isoformat(),
         "wall_s": round(time.perf_counter() - started, 1),
-        "kinds": KIND_NAMES, "problems": drawn, "rows": rows,
+        "kinds": KIND_NAMES,
+        "problems": drawn,
+        "rows": rows,
         "comparisons": comparisons(rows, args.samples),
-    }  # fmt: skip
+    }
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(table(result))
     for c in result["comparisons"]:
@@ -224,15 +269,20 @@ def table(result: dict) -> str:
         r = cells.get((kind, prompt, t))
         return f"{r['accuracy']:.2f} / {r['mixed_groups']:.2f} / {r['cut']:.2f}" if r else ""
 
-    lines = ["| kind | prompt | greedy accuracy | T 0.7: sampled accuracy / mixed groups / cut "
-             "| T 1.0: sampled accuracy / mixed groups / cut |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| kind | prompt | greedy accuracy | T 0.7: sampled accuracy / mixed groups / cut "
+        "| T 1.0: sampled accuracy / mixed groups / cut |",
+        "|---|---|---|---|---|",
+    ]
     for kind in (*TASK_KINDS, *OTHER_KINDS):
         for prompt in PROMPTS:
             greedy = cells.get((kind, prompt, None))
             if greedy is None:
                 continue
-            lines.append(f"| {result['kinds'][kind]} | `{prompt}` | {greedy['accuracy']:.2f} | "
-                         f"{sampled(kind, prompt, 0.7)} | {sampled(kind, prompt, 1.0)} |")  # fmt: skip
+            lines.append(
+                f"| {result['kinds'][kind]} | `{prompt}` | {greedy['accuracy']:.2f} | "
+                f"{sampled(kind, prompt, 0.7)} | {sampled(kind, prompt, 1.0)} |"
+            )
     return "\n".join(lines)
 
 

@@ -27,16 +27,35 @@ COURSE = sorted(p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb"))
 LABS = sorted(p.stem for p in (NOTEBOOKS / "labs").glob("*.ipynb"))
 GUIDES = ["notebooks/labs/README", "instructor/README"]
 REFERENCE = [
-    "bench/README", "docs/install", "docs/gpu", "docs/scaling_out", "docs/troubleshooting",
-    "docs/architecture", "docs/equations",
-    "recipes/README", "data/README", "data/TINY_MODEL", "data/STANDIN_MODEL",
-    "data/REASONING_MODEL", "CHANGELOG", "README.ko", "docs/glossary.ko",
-]  # fmt: skip
+    "bench/README",
+    "docs/install",
+    "docs/gpu",
+    "docs/scaling_out",
+    "docs/troubleshooting",
+    "docs/architecture",
+    "docs/equations",
+    "recipes/README",
+    "data/README",
+    "data/TINY_MODEL",
+    "data/STANDIN_MODEL",
+    "data/REASONING_MODEL",
+    "CHANGELOG",
+    "README.ko",
+    "docs/glossary.ko",
+]
 include_patterns = [
-    "README.md", "README.ko.md", "CHANGELOG.md", "notebooks/*.ipynb", "notebooks/labs/*.ipynb",
-    "notebooks/labs/README.md", "instructor/README.md", "bench/README.md", "docs/*.md",
-    "recipes/README.md", "data/*.md",
-]  # fmt: skip
+    "README.md",
+    "README.ko.md",
+    "CHANGELOG.md",
+    "notebooks/*.ipynb",
+    "notebooks/labs/*.ipynb",
+    "notebooks/labs/README.md",
+    "instructor/README.md",
+    "bench/README.md",
+    "docs/*.md",
+    "recipes/README.md",
+    "data/*.md",
+]
 exclude_patterns = [".venv", ".git", "build", "site", "runs", "**/.ipynb_checkpoints"]
 
 # Render what was committed: no notebook runs while the site builds.

@@ -205,7 +205,9 @@ def prepare_math(args: argparse.Namespace):
         raise ValueError(TRL_HAS_NO_PPO)
     cfg = _math_config(args)
     if args.merge and not cfg.lora_r:
-        raise ValueError("--merge writes a LoRA run's adapter merged into its base: it needs --lora-r")
+        raise ValueError(
+            "--merge writes a LoRA run's adapter merged into its base: it needs --lora-r"
+        )
     check_out(args.out)
     if args.backend == "grpo_minimal" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError(
@@ -244,8 +246,16 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
     if args.backend == "trl":
         from .trl_bridge import end_process_group, is_main_process, train_math_trl, world_size
 
-        trainer, history = train_math_trl(cfg, model, tokenizer, train_rows, eval_rows, out,
-                                          progress=not args.no_progress, **args.trl_overrides)  # fmt: skip
+        trainer, history = train_math_trl(
+            cfg,
+            model,
+            tokenizer,
+            train_rows,
+            eval_rows,
+            out,
+            progress=not args.no_progress,
+            **args.trl_overrides,
+        )
         end_process_group()  # every rank, before rank 1 leaves (see its docstring)
         if not is_main_process():
             return None  # rank 0 alone writes the files and prints the summary
@@ -373,9 +383,11 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     cartpole = add_config_command(
-        commands, "cartpole", PPOConfig if algo == "ppo" else CartPoleConfig,
+        commands,
+        "cartpole",
+        PPOConfig if algo == "ppo" else CartPoleConfig,
         help="train GRPO (or PPO: --algo ppo) on CartPole-v1 (or another discrete env)",
-    )  # fmt: skip
+    )
     cartpole.add_argument(
         "--algo",
         choices=["grpo", "ppo"],
@@ -389,14 +401,16 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
 
     math_cls = LMPPOConfig if algo == "ppo" else MathConfig
     math = add_config_command(
-        commands, "math", math_cls,
+        commands,
+        "math",
+        math_cls,
         help="train a causal LM with GRPO (or PPO: --algo ppo) on math rewards (CPU: the shipped "
         "tiny model on 2-digit addition; CUDA: Qwen/Qwen2.5-0.5B-Instruct on GSM8K)",
         description="Flags not given take MathConfig's defaults on a CPU (shown), then the "
         "presets MathConfig.presets_for names (reasoning, smollm2-135m, gpu on a CUDA GPU, "
         f"lora:<model>); gpu is {MathConfig.PRESETS['gpu']}. With --algo ppo, GRPO's "
         "completions a step are split into prompts of num_generations each (LMPPOConfig.for_device).",
-    )  # fmt: skip
+    )
     for action in math._actions:  # unset flags stay unset: for_device fills them
         if action.dest in math_cls.__dataclass_fields__:
             if algo == "ppo" and action.dest in GRPO_ONLY:
@@ -404,21 +418,37 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
             elif "(default" not in (action.help or ""):
                 action.help = f"{action.help} (default: {action.default})"
             action.default = argparse.SUPPRESS
-    math.add_argument("--algo", choices=["grpo", "ppo"], default="grpo",
-                      help="grpo (lm_grpo.py), or ppo with a critic and GAE (lm_ppo.py); "
-                      "`math --algo ppo --help` lists PPO's flags")  # fmt: skip
+    math.add_argument(
+        "--algo",
+        choices=["grpo", "ppo"],
+        default="grpo",
+        help="grpo (lm_grpo.py), or ppo with a critic and GAE (lm_ppo.py); "
+        "`math --algo ppo --help` lists PPO's flags",
+    )
     math.add_argument("--out", default="runs/math", help="output folder")
-    math.add_argument("--merge", action="store_true",
-                      help="with --lora-r: also write the adapter merged into its base model, a "
-                      "full model any transformers code loads, in OUT/merged")  # fmt: skip
-    math.add_argument("--backend", choices=["grpo_minimal", "trl"], default="grpo_minimal",
-                      help="grpo_minimal: this package's trainer (one process); trl: the same "
-                      "MathConfig, rewards and data through TRL's GRPOTrainer, which torchrun "
-                      "--nproc_per_node N runs data-parallel")  # fmt: skip
-    math.add_argument("--trl", action="append", default=[], metavar="KEY=VALUE",
-                      help="with --backend trl: a TRL GRPOConfig setting the MathConfig has no name "
-                      "for, e.g. --trl use_vllm=true --trl vllm_mode=colocate (repeatable; values "
-                      "are JSON or text)")  # fmt: skip
+    math.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --lora-r: also write the adapter merged into its base model, a "
+        "full model any transformers code loads, in OUT/merged",
+    )
+    math.add_argument(
+        "--backend",
+        choices=["grpo_minimal", "trl"],
+        default="grpo_minimal",
+        help="grpo_minimal: this package's trainer (one process); trl: the same "
+        "MathConfig, rewards and data through TRL's GRPOTrainer, which torchrun "
+        "--nproc_per_node N runs data-parallel",
+    )
+    math.add_argument(
+        "--trl",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --backend trl: a TRL GRPOConfig setting the MathConfig has no name "
+        "for, e.g. --trl use_vllm=true --trl vllm_mode=colocate (repeatable; values "
+        "are JSON or text)",
+    )
     math.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     math.set_defaults(prepare=prepare_math, func=run_math)
 
@@ -450,16 +480,29 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
     ev_math.add_argument(
         "--dataset", help="arithmetic, arithmetic_mix, reasoning, gsm8k, gsm8k_sample or FILE.jsonl"
     )
-    ev_math.add_argument("--eval-split", dest="eval_split",
-                         help="split or .jsonl file to score (test unless trained otherwise)")  # fmt: skip
+    ev_math.add_argument(
+        "--eval-split",
+        dest="eval_split",
+        help="split or .jsonl file to score (test unless trained otherwise)",
+    )
     ev_math.add_argument("--n", type=int, default=500, help="problems scored, the first n")
-    ev_math.add_argument("--prompt-template", dest="prompt_template", choices=PROMPT_TEMPLATES,
-                         help="how prompts are shown to the model (as trained, else plain on a CPU)")  # fmt: skip
-    ev_math.add_argument("--max-completion-length", dest="max_completion_length", type=int,
-                         help="new tokens per answer at most (as trained, else 5 on a CPU)")  # fmt: skip
+    ev_math.add_argument(
+        "--prompt-template",
+        dest="prompt_template",
+        choices=PROMPT_TEMPLATES,
+        help="how prompts are shown to the model (as trained, else plain on a CPU)",
+    )
+    ev_math.add_argument(
+        "--max-completion-length",
+        dest="max_completion_length",
+        type=int,
+        help="new tokens per answer at most (as trained, else 5 on a CPU)",
+    )
     ev_math.add_argument("--device", help="auto, cpu, cuda or cuda:N (auto unless given)")
     ev_math.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (auto unless given)")
-    ev_math.add_argument("--batch-size", type=int, default=256, help="completions per generate call")
+    ev_math.add_argument(
+        "--batch-size", type=int, default=256, help="completions per generate call"
+    )
     ev_math.add_argument(
         "--samples",
         type=int,
@@ -468,8 +511,12 @@ def build_parser(algo: str = "grpo") -> argparse.ArgumentParser:
         "report pass@1, pass@N and maj@N beside the greedy accuracy (0: greedy only)",
     )
     ev_math.add_argument("--seed", type=int, help="seed (0 unless given)")
-    ev_math.add_argument("--allow-eval-overlap", dest="allow_eval_overlap", type=string_to_bool,
-                         help="score problems the checkpoint was trained on (refused unless given true)")  # fmt: skip
+    ev_math.add_argument(
+        "--allow-eval-overlap",
+        dest="allow_eval_overlap",
+        type=string_to_bool,
+        help="score problems the checkpoint was trained on (refused unless given true)",
+    )
     ev_math.set_defaults(prepare=prepare_evaluate_math, func=run_evaluate_math)
 
     fetch = commands.add_parser(

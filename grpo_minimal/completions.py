@@ -61,8 +61,9 @@ class CompletionGroups:
             if value is None:
                 continue
             if value.shape[0] != self.completion_ids.shape[0]:
-                raise ValueError(f"{name} has {value.shape[0]} rows, the rollout "
-                                 f"{self.completion_ids.shape[0]}")
+                raise ValueError(
+                    f"{name} has {value.shape[0]} rows, the rollout {self.completion_ids.shape[0]}"
+                )
             self.tensors[name] = value
 
     def get(self, name: str) -> torch.Tensor | None:
@@ -71,12 +72,19 @@ class CompletionGroups:
 
     def select(self, prompts, rows) -> CompletionGroups:
         """The given prompts and rows (indices or slices), every tensor sliced alike."""
-        pick = (lambda items: items[rows]) if isinstance(rows, slice) else (
-            lambda items: [items[i] for i in rows])
+        pick = (
+            (lambda items: items[rows])
+            if isinstance(rows, slice)
+            else (lambda items: [items[i] for i in rows])
+        )
         return CompletionGroups(
-            self.prompt_ids[prompts], self.prompt_mask[prompts],
-            self.completion_ids[rows], self.completion_mask[rows],
-            pick(self.prompts), pick(self.completions), pick(self.rows),
+            self.prompt_ids[prompts],
+            self.prompt_mask[prompts],
+            self.completion_ids[rows],
+            self.completion_mask[rows],
+            pick(self.prompts),
+            pick(self.completions),
+            pick(self.rows),
             {name: value[rows] for name, value in self.tensors.items()},
             {name: value[prompts] for name, value in self.prompt_tensors.items()},
         )
@@ -95,8 +103,10 @@ class CompletionGroups:
                 f"step, got {prompts} prompts"
             )
         size = prompts // parts
-        return [self.select(slice(start, start + size), slice(start * G, (start + size) * G))
-                for start in range(0, prompts, size)]
+        return [
+            self.select(slice(start, start + size), slice(start * G, (start + size) * G))
+            for start in range(0, prompts, size)
+        ]
 
     def shuffled(self, parts: int, generator: torch.Generator) -> list[CompletionGroups]:
         """``parts`` minibatches of whole groups in a random order drawn from ``generator``."""
@@ -175,10 +185,18 @@ def nucleus_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
 
 @torch.no_grad()
 def sample_with_kv_cache(
-    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, *,
-    max_new_tokens: int, temperature: float, top_p: float, do_sample: bool, pad_id: int,
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    num_generations: int,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    do_sample: bool,
+    pad_id: int,
     eos_ids: Sequence[int],
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """G completions of each of P left-padded prompts, token by token: [P * G, C] new tokens,
     C <= ``max_new_tokens`` (row i answers prompt i // G).
 
@@ -197,8 +215,13 @@ def sample_with_kv_cache(
     positions = (prompt_mask.cumsum(dim=1) - 1).masked_fill(prompt_mask == 0, 0)
     # generate passes no mask when there is no padding; a mask would change the attention kernel
     mask = None if bool(prompt_mask.all()) else prompt_mask
-    out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=positions,
-                use_cache=True, logits_to_keep=1)  # fmt: skip
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     cache = output_cache(out)
     cache.batch_repeat_interleave(G)
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)
@@ -225,16 +248,30 @@ def sample_with_kv_cache(
         positions = positions + 1  # the new token's position
         if mask is not None:
             mask = torch.cat([mask, mask.new_ones(N, 1)], dim=1)
-        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=positions,
-                    use_cache=True, logits_to_keep=1, **{cache_name: cache})  # fmt: skip
+        out = model(
+            input_ids=token[:, None],
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{cache_name: cache},
+        )
         logits = out.logits[:, -1]
 
 
 def generate_completions(
-    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int, *,
-    max_new_tokens: int, temperature: float, top_p: float, do_sample: bool, pad_id: int,
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    num_generations: int,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    do_sample: bool,
+    pad_id: int,
     eos_ids: Sequence[int],
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """``sample_with_kv_cache``'s [P * G, C] new tokens, from one batched ``generate`` call.
 
     The sampling settings are a fresh ``GenerationConfig`` that stands in for the model's own
@@ -245,13 +282,20 @@ def generate_completions(
     from transformers import GenerationConfig
 
     sampling = {"temperature": temperature, "top_p": top_p, "top_k": 0} if do_sample else {}
-    config = GenerationConfig(do_sample=do_sample, max_new_tokens=max_new_tokens,
-                              pad_token_id=pad_id, eos_token_id=list(eos_ids), **sampling)  # fmt: skip
+    config = GenerationConfig(
+        do_sample=do_sample,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=pad_id,
+        eos_token_id=list(eos_ids),
+        **sampling,
+    )
     own_config, model.generation_config = model.generation_config, config
     try:
-        output = model.generate(input_ids=prompt_ids.repeat_interleave(num_generations, dim=0),
-                                attention_mask=prompt_mask.repeat_interleave(num_generations, dim=0),
-                                generation_config=config)  # fmt: skip
+        output = model.generate(
+            input_ids=prompt_ids.repeat_interleave(num_generations, dim=0),
+            attention_mask=prompt_mask.repeat_interleave(num_generations, dim=0),
+            generation_config=config,
+        )
     finally:
         model.generation_config = own_config
     return output[:, prompt_ids.shape[1] :]
@@ -259,11 +303,20 @@ def generate_completions(
 
 @torch.no_grad()
 def sample_completions(
-    model, tokenizer, rows: Sequence[dict], prompts: Sequence[str], *, num_generations: int,
-    max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, do_sample: bool = True,
-    eos_ids: Sequence[int] | None = None, amp=None,
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    prompts: Sequence[str],
+    *,
+    num_generations: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    do_sample: bool = True,
+    eos_ids: Sequence[int] | None = None,
+    amp=None,
     sampler: Literal["generate", "loop"] = "generate",
-) -> CompletionGroups:  # fmt: skip
+) -> CompletionGroups:
     """Step 1: G completions of each prompt, all at once, in consecutive blocks of G.
 
     ``sampler`` draws them: ``"generate"`` (the default) through one batched ``generate`` call
@@ -278,8 +331,13 @@ def sample_completions(
     G = num_generations
     device = next(model.parameters()).device
     eos_ids = list(eos_ids or eos_token_ids(model, tokenizer))
-    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left",
-                    add_special_tokens=False)  # fmt: skip
+    enc = tokenizer(
+        list(prompts),
+        return_tensors="pt",
+        padding=True,
+        padding_side="left",
+        add_special_tokens=False,
+    )
     prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
     draw = sample_with_kv_cache if sampler == "loop" else generate_completions
     was_training = model.training
@@ -287,20 +345,30 @@ def sample_completions(
     try:
         with amp if amp is not None else contextlib.nullcontext():
             completion_ids = draw(
-                model, prompt_ids, prompt_mask, G, max_new_tokens=max_new_tokens,
-                temperature=temperature, top_p=top_p, do_sample=do_sample,
-                pad_id=tokenizer.pad_token_id, eos_ids=eos_ids,
-            )  # fmt: skip
+                model,
+                prompt_ids,
+                prompt_mask,
+                G,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                do_sample=do_sample,
+                pad_id=tokenizer.pad_token_id,
+                eos_ids=eos_ids,
+            )
     finally:
         model.train(was_training)
     completion_mask = mask_after_eos(completion_ids, eos_ids)
     completion_ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id)
     return CompletionGroups(
-        prompt_ids, prompt_mask, completion_ids, completion_mask,
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
         prompts=[p for p in prompts for _ in range(G)],
         completions=tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
         rows=[r for r in rows for _ in range(G)],
-    )  # fmt: skip
+    )
 
 
 def truncated_fraction(completion_ids: torch.Tensor, eos_ids: Sequence[int]) -> float:

@@ -84,7 +84,9 @@ def check_allowed(f, value: Any) -> None:
         check_choice(f.name, value, allowed["choices"])
     elif allowed:  # bounds written as the field's type: [1, inf) for an int, [0.0, inf) for a float
         kind = int if f.type in ("int", int) else float
-        bounds = {k: kind(v) if k in ("low", "high") and v is not None else v for k, v in allowed.items()}
+        bounds = {
+            k: kind(v) if k in ("low", "high") and v is not None else v for k, v in allowed.items()
+        }
         check_range(f.name, value, **bounds)
 
 
@@ -125,7 +127,9 @@ class ObjectiveConfig(ValidatedConfig):
         8, "G: outputs (episodes, completions) sampled per prompt / start state; the group size"
     )  # at least MIN_GENERATIONS (validate)
     beta: float = option(
-        0.0, "weight of the k3 KL penalty to the reference policy; 0 disables the reference", low=0.0
+        0.0,
+        "weight of the k3 KL penalty to the reference policy; 0 disables the reference",
+        low=0.0,
     )
     epsilon: float = option(
         0.2,
@@ -136,7 +140,10 @@ class ObjectiveConfig(ValidatedConfig):
         high_open=True,
     )
     epsilon_high: float | None = option(
-        None, "upper clip range (DAPO clip-higher); None means the same as epsilon", low=0.0, low_open=True
+        None,
+        "upper clip range (DAPO clip-higher); None means the same as epsilon",
+        low=0.0,
+        low_open=True,
     )
     loss_type: str = option(
         "grpo", "how per-token losses are averaged: grpo, bnpo, dr_grpo or dapo", choices=LOSS_TYPES

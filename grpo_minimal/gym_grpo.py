@@ -280,11 +280,18 @@ def train_cartpole(
             logps, logits = policy.log_prob(batch.obs, batch.actions)
             ref_logps = reference.log_prob(batch.obs, batch.actions)[0] if reference else None
             loss, metrics = grpo_loss(
-                logps, batch.logps, ref_logps, advantages, batch.mask,
-                beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
-                loss_type=cfg.loss_type, max_completion_length=max_episode_steps,
+                logps,
+                batch.logps,
+                ref_logps,
+                advantages,
+                batch.mask,
+                beta=cfg.beta,
+                epsilon=cfg.epsilon,
+                epsilon_high=cfg.epsilon_high,
+                loss_type=cfg.loss_type,
+                max_completion_length=max_episode_steps,
                 use_bias_correction_kl=cfg.use_bias_correction_kl,
-            )  # fmt: skip
+            )
             entropy = masked_mean(categorical_entropy(logits), batch.mask)
             optimizer.zero_grad()
             (loss - cfg.entropy_coef * entropy).backward()

@@ -105,7 +105,8 @@ class LMPPOConfig(MathConfig):
         1, "completions sampled per prompt (PPO's classic choice is 1; the critic is the baseline)"
     )
     beta: float = option(
-        0.04, "weight of the per-token KL penalty (k1) in the reward, equation (22); 0: no reference"
+        0.04,
+        "weight of the per-token KL penalty (k1) in the reward, equation (22); 0: no reference",
     )
     num_iterations: int = override(MathConfig, "num_iterations", 4)
     num_minibatches: int = option(
@@ -131,7 +132,10 @@ class LMPPOConfig(MathConfig):
         low=0.0,
     )
     critic_learning_rate: float | None = option(
-        None, "AdamW step size of the critic; None: the policy's learning_rate", low=0.0, low_open=True
+        None,
+        "AdamW step size of the critic; None: the policy's learning_rate",
+        low=0.0,
+        low_open=True,
     )
 
     def validate(self) -> None:
@@ -143,8 +147,10 @@ class LMPPOConfig(MathConfig):
             if getattr(self, name) != defaults[name]:
                 raise ValueError(f"{name} is a GRPO setting; PPO (--algo ppo) does not use it")
         if self.lora_r:
-            raise ValueError("lora_r must be 0 with --algo ppo: PPO's critic is built for a full "
-                             "fine-tune; LoRA runs with GRPO")
+            raise ValueError(
+                "lora_r must be 0 with --algo ppo: PPO's critic is built for a full "
+                "fine-tune; LoRA runs with GRPO"
+            )
         per_minibatch, left = divmod(self.prompts_per_step, self.num_minibatches)
         if left:
             raise ValueError(
@@ -214,7 +220,12 @@ class ValueModel(nn.Module):
         return cls(AutoModel.from_config(config), config.hidden_size)
 
     def forward(
-        self, input_ids, attention_mask=None, position_ids=None, logits_to_keep: int = 0, use_cache=False
+        self,
+        input_ids,
+        attention_mask=None,
+        position_ids=None,
+        logits_to_keep: int = 0,
+        use_cache=False,
     ):
         hidden = self.body(
             input_ids=input_ids,
@@ -232,9 +243,12 @@ def completion_values(critic: ValueModel, rollout: CompletionGroups) -> torch.Te
 
 
 def token_rewards(
-    scores: torch.Tensor, old_logps: torch.Tensor, ref_logps: torch.Tensor | None,
-    mask: torch.Tensor, beta: float,
-) -> torch.Tensor:  # fmt: skip
+    scores: torch.Tensor,
+    old_logps: torch.Tensor,
+    ref_logps: torch.Tensor | None,
+    mask: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
     """Equation (22): -beta * k1 on every completion token, plus the score at the last token
     the EOS mask (15) keeps. [N, C]; 0 on masked tokens. An unscored completion (NaN) gets 0."""
     rewards = torch.zeros_like(old_logps)
@@ -271,11 +285,21 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch
 
 
 def ppo_lm_loss(
-    logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, values: torch.Tensor,
-    old_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, *, epsilon: float,
-    epsilon_high: float | None, value_clip: float, value_coef: float, loss_type: str,
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon: float,
+    epsilon_high: float | None,
+    value_clip: float,
+    value_coef: float,
+    loss_type: str,
     max_completion_length: int,
-) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Equation (25) on one micro-batch, all [N, C]: the clipped surrogate (6) per token,
     aggregated as ``loss_type`` (9), plus ``value_coef`` times the value loss (13) over the
     kept tokens. Returns (loss, metrics)."""
@@ -283,8 +307,9 @@ def ppo_lm_loss(
     per_token = -clipped_surrogate(ratio, advantages, epsilon, epsilon_high)  # (6)
     policy_loss = aggregate_loss(per_token, mask, loss_type, max_completion_length)
     kept = mask.bool()
-    v_loss = value_loss(values[kept], old_values[kept], targets[kept],
-                        value_clip if value_clip > 0 else None)  # (13) fmt: skip
+    v_loss = value_loss(
+        values[kept], old_values[kept], targets[kept], value_clip if value_clip > 0 else None
+    )  # (13)
     with torch.no_grad():
         low, high = clipped_tokens(ratio, advantages, epsilon, epsilon_high)
         metrics = {

@@ -59,9 +59,13 @@ def check_prompts(rows: Sequence[dict], tokenizer, model, cfg: MathConfig) -> li
 
 
 def checked_rows(
-    cfg: MathConfig, model, tokenizer, train_rows: Sequence[dict] | None = None,
-    eval_rows: Sequence[dict] | None = None, needs_answer: bool = True,
-) -> tuple[Sequence[dict], list[dict], int]:  # fmt: skip
+    cfg: MathConfig,
+    model,
+    tokenizer,
+    train_rows: Sequence[dict] | None = None,
+    eval_rows: Sequence[dict] | None = None,
+    needs_answer: bool = True,
+) -> tuple[Sequence[dict], list[dict], int]:
     """A run's training rows, its first ``eval_n`` held-out rows and their overlap count, every
     check in one place (``train_math``, ``trl_bridge.train_math_trl`` and the CLI run it):
 
@@ -155,8 +159,9 @@ def train_math(
         metrics = evaluate_greedy(model, tokenizer, eval_rows, cfg)[0]
         return {f"eval_{name}": value for name, value in metrics.items()}
 
-    log({"step": 0, "train_s": 0.0, **evaluate(), "eval_n": len(eval_rows),
-         "eval_overlap": overlap})  # fmt: skip
+    log(
+        {"step": 0, "train_s": 0.0, **evaluate(), "eval_n": len(eval_rows), "eval_overlap": overlap}
+    )
     batches = training_batches(train_rows, cfg.prompts_per_step, cfg.seed)
     train_s = 0.0
     name = getattr(trainer, "name", "GRPO")
@@ -199,11 +204,22 @@ def _completions_of(model, tokenizer, rows, cfg: MathConfig, batch_size: int, sa
     for start in range(0, len(rows), per_call):
         chunk = list(rows[start : start + per_call])
         prompts = check_prompts(chunk, tokenizer, model, cfg)
-        yield chunk, sample_completions(
-            model, tokenizer, chunk, prompts, num_generations=max(samples, 1),
-            max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
-            top_p=cfg.top_p, do_sample=samples > 0, eos_ids=eos_ids, amp=amp,
-        )  # fmt: skip
+        yield (
+            chunk,
+            sample_completions(
+                model,
+                tokenizer,
+                chunk,
+                prompts,
+                num_generations=max(samples, 1),
+                max_new_tokens=cfg.max_completion_length,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                do_sample=samples > 0,
+                eos_ids=eos_ids,
+                amp=amp,
+            ),
+        )
 
 
 @torch.no_grad()
@@ -220,8 +236,11 @@ def evaluate_greedy(
         completions += rollout.completions
         correct += sum(accuracy_reward(rollout.completions, [r["answer"] for r in chunk]))
         tokens += rollout.completion_mask.sum().item()
-    metrics = {"accuracy": correct / len(rows), "completion_length": tokens / len(rows),
-               "reasoning_rate": reasoning_rate(completions)}  # fmt: skip
+    metrics = {
+        "accuracy": correct / len(rows),
+        "completion_length": tokens / len(rows),
+        "reasoning_rate": reasoning_rate(completions),
+    }
     return metrics, completions
 
 

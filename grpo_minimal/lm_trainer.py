@@ -122,7 +122,8 @@ class LMTrainer:
 
         if cfg.lora_r:  # only the adapters train (lora.py)
             model = add_lora(
-                model, lora_config(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
+                model,
+                lora_config(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules),
             )
         self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
         self.device = next(model.parameters()).device

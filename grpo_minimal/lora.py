@@ -34,11 +34,15 @@ def quiet_peft():
     """peft 0.21 asks transformers 5 for ``is_gradient_checkpointing``, a deprecated name: its
     FutureWarning says nothing a learner can act on."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        warnings.filterwarnings(
+            "ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning
+        )
         yield
 
 
-def lora_config(r: int, alpha: float | None = None, dropout: float = 0.0, targets: str = "all-linear"):
+def lora_config(
+    r: int, alpha: float | None = None, dropout: float = 0.0, targets: str = "all-linear"
+):
     """peft's ``LoraConfig``: rank ``r``, scale ``alpha / r`` (``alpha`` None: 2 r, a scale of 2
     whatever the rank), ``dropout`` on the adapter's input, ``targets`` (``all-linear`` or
     comma-separated module names), as ``MathConfig``'s ``lora_*`` fields name them."""
@@ -77,7 +81,9 @@ def check_lora(cfg, model) -> None:
     wanted = [t.strip() for t in cfg.lora_target_modules.split(",") if t.strip()]
     missing = [t for t in wanted if t not in names]
     if missing:
-        raise ValueError(f"lora_target_modules: the model has no module named {', '.join(sorted(missing))}")
+        raise ValueError(
+            f"lora_target_modules: the model has no module named {', '.join(sorted(missing))}"
+        )
 
 
 def is_adapter_folder(path: str | Path) -> bool:

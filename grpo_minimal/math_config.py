@@ -111,10 +111,14 @@ class MathConfig(ObjectiveConfig):
         "(the overlap is counted and logged); False refuses such a run",
     )
     eval_every: int = option(
-        100, "also measure held-out accuracy every this many steps (0: only before and after)", low=0.0
+        100,
+        "also measure held-out accuracy every this many steps (0: only before and after)",
+        low=0.0,
     )
     save_every: int = option(
-        0, "write a checkpoint to the output folder every this many steps (0: only at the end)", low=0.0
+        0,
+        "write a checkpoint to the output folder every this many steps (0: only at the end)",
+        low=0.0,
     )
     lora_r: int = option(
         0,

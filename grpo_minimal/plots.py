@@ -47,16 +47,27 @@ def plot_history(history: Sequence[dict], path: str | os.PathLike | None = None,
     window = max(1, len(steps) // 20)
 
     def smooth(values: list[float]) -> list[float]:
-        return [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
-                for i in range(len(values))]  # fmt: skip
+        return [
+            sum(values[max(0, i - window + 1) : i + 1])
+            / len(values[max(0, i - window + 1) : i + 1])
+            for i in range(len(values))
+        ]
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    for ax, key, label in ((axes[0], "reward_mean", "mean reward (sampled)"),
-                           (axes[2], "kl", "KL to the reference (k3)")):  # fmt: skip
+    for ax, key, label in (
+        (axes[0], "reward_mean", "mean reward (sampled)"),
+        (axes[2], "kl", "KL to the reference (k3)"),
+    ):
         ax.set_ylabel(label)
         if not steps or any(key not in r for r in steps):  # TRL logs no KL when beta = 0
-            ax.text(0.5, 0.5, "not logged (beta = 0: no reference model)", ha="center",
-                    va="center", transform=ax.transAxes)  # fmt: skip
+            ax.text(
+                0.5,
+                0.5,
+                "not logged (beta = 0: no reference model)",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
             continue
         values = [r[key] for r in steps]
         ax.plot(x, values, alpha=0.3, label="per step")

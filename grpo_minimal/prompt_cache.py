@@ -24,8 +24,13 @@ def shared_prompt_logits(model, rollout: CompletionGroups) -> torch.Tensor:
     """
     G, C = rollout.num_generations, rollout.completion_ids.shape[1]
     positions = (rollout.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
-    out = model(input_ids=rollout.prompt_ids, attention_mask=rollout.prompt_mask,
-                position_ids=positions, use_cache=True, logits_to_keep=1)  # fmt: skip
+    out = model(
+        input_ids=rollout.prompt_ids,
+        attention_mask=rollout.prompt_mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     cache = output_cache(out)
     cache.batch_repeat_interleave(G)  # gradients flow back through the copies
     first = out.logits[:, -1:].repeat_interleave(G, dim=0)  # predicts completion token 0
@@ -35,7 +40,11 @@ def shared_prompt_logits(model, rollout: CompletionGroups) -> torch.Tensor:
     attention_mask = torch.cat([prompt_mask, rollout.completion_mask[:, :-1]], dim=1)
     start = prompt_mask.sum(dim=1, keepdim=True)  # positions go on after the real prompt tokens
     positions = start + torch.arange(C - 1, device=start.device)
-    rest = model(input_ids=rollout.completion_ids[:, :-1], attention_mask=attention_mask,
-                 position_ids=positions, use_cache=True,
-                 **{cache_argument(model): cache}).logits  # fmt: skip
+    rest = model(
+        input_ids=rollout.completion_ids[:, :-1],
+        attention_mask=attention_mask,
+        position_ids=positions,
+        use_cache=True,
+        **{cache_argument(model): cache},
+    ).logits
     return torch.cat([first, rest], dim=1)

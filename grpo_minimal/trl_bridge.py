@@ -219,10 +219,18 @@ def make_trl_trainer(
         reward_funcs = reward_functions(format_weight=cfg.format_weight)[0]
     else:
         overrides.setdefault("reward_weights", None)  # TRL's default: 1 each
-    funcs = [f if isinstance(f, (str, torch.nn.Module)) else with_dataset_prompts(f)
-             for f in reward_funcs]  # fmt: skip
-    rows = [{**row, "prompt": format_prompt(row["prompt"], tokenizer, cfg.prompt_template),
-             DATASET_PROMPT: row["prompt"]} for row in train_rows]  # fmt: skip
+    funcs = [
+        f if isinstance(f, (str, torch.nn.Module)) else with_dataset_prompts(f)
+        for f in reward_funcs
+    ]
+    rows = [
+        {
+            **row,
+            "prompt": format_prompt(row["prompt"], tokenizer, cfg.prompt_template),
+            DATASET_PROMPT: row["prompt"],
+        }
+        for row in train_rows
+    ]
     clock = make_trl_callbacks(time_budget_s)
     # LoRA: TRL wraps the model with the same peft adapters, and with beta > 0 computes the
     # reference with them disabled, as lm_grpo does (lora.py)
@@ -333,9 +341,15 @@ def train_math_trl(
     train_rows, eval_rows, overlap = checked_rows(cfg, model, tokenizer, train_rows, eval_rows)
     before = evaluate(model) if main else {"eval_accuracy": None}
     trainer, clock = make_trl_trainer(
-        cfg, model, tokenizer, train_rows, str(out_dir), time_budget_s=cfg.time_budget_s,
-        **overrides, disable_tqdm=not (progress and main),
-    )  # fmt: skip
+        cfg,
+        model,
+        tokenizer,
+        train_rows,
+        str(out_dir),
+        time_budget_s=cfg.time_budget_s,
+        **overrides,
+        disable_tqdm=not (progress and main),
+    )
     evals: dict[int, dict[str, float]] = {}
 
     class EveryFewSteps(TrainerCallback):
@@ -356,8 +370,9 @@ def train_math_trl(
 
     trainer.add_callback(EveryFewSteps())
     trainer.train()
-    history = [{"step": 0, "train_s": 0.0, **before, "eval_n": len(eval_rows),
-                "eval_overlap": overlap}]  # fmt: skip
+    history = [
+        {"step": 0, "train_s": 0.0, **before, "eval_n": len(eval_rows), "eval_overlap": overlap}
+    ]
     for entry in trainer.state.log_history:
         if "reward" not in entry:  # the end-of-training summary
             continue

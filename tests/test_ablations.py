@@ -69,12 +69,17 @@ def test_every_variant_is_a_valid_config_and_the_notebook_sweep_is_known():
 
 
 def test_summary_by_hand():
-    runs = [{"variant": "a", "seed": s, "steps": 10 + s, "validation_accuracy": v}
-            for s, v in enumerate([0.5, 0.6, 0.7, 0.8, 0.9])]  # fmt: skip
+    runs = [
+        {"variant": "a", "seed": s, "steps": 10 + s, "validation_accuracy": v}
+        for s, v in enumerate([0.5, 0.6, 0.7, 0.8, 0.9])
+    ]
     runs += [{"variant": "b", "seed": 0, "steps": 7, "validation_accuracy": 0.4}]
     a, b = summarize(runs, ["a", "b", "absent"])
     assert a["accuracy"] == pytest.approx(0.7) and (a["low"], a["high"], a["steps"]) == (
-        0.5, 0.9, 12)  # fmt: skip
+        0.5,
+        0.9,
+        12,
+    )
     low, high = a["interval"]
     assert 0.5 <= low < 0.7 < high <= 0.9
     assert b["interval"] is None and b["seeds"] == 1
@@ -85,11 +90,13 @@ def test_summary_by_hand():
 def greedy_accuracy(model, tokenizer, rows) -> float:
     """Held-out accuracy computed here, not by the package's evaluation: one batched greedy
     ``generate`` over all rows, each completion graded against its row's answer."""
-    enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True,
-                    add_special_tokens=False)  # fmt: skip
+    enc = tokenizer(
+        [r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False
+    )
     with torch.no_grad():
-        out = model.generate(**enc, do_sample=False, max_new_tokens=5,
-                             pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        out = model.generate(
+            **enc, do_sample=False, max_new_tokens=5, pad_token_id=tokenizer.pad_token_id
+        )
     texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return sum(accuracy_reward(texts, [r["answer"] for r in rows])) / len(rows)
 
@@ -110,8 +117,11 @@ def test_one_short_run_is_recorded(monkeypatch):
     # lr3e-4's step, so that the trained model's accuracy differs from the shipped one's
     record = run_variant("G4_P16", 0, train, validation, completions=128, learning_rate=3e-4)
     assert record["steps"] == 2 and record["completions"] == 128
-    assert record["overrides"] == {"num_generations": 4, "prompts_per_step": 16,
-                                   "learning_rate": 3e-4}  # fmt: skip
+    assert record["overrides"] == {
+        "num_generations": 4,
+        "prompts_per_step": 16,
+        "learning_rate": 3e-4,
+    }
     assert record["validation_n"] == len(validation)
     shipped, tokenizer = load_model("tiny", torch.device("cpu"))
     before = greedy_accuracy(shipped, tokenizer, validation)
@@ -134,8 +144,17 @@ def test_scale_only_loss_differences_vanish_under_gradient_clipping():
     for loss_type in ("dapo", "dr_grpo", "grpo"):
         logps = torch.randn(B, L, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
         logps.requires_grad_(True)
-        loss, _ = grpo_loss(logps, None, None, advantages, mask, beta=0.0, epsilon=0.2,
-                            loss_type=loss_type, max_completion_length=L)  # fmt: skip
+        loss, _ = grpo_loss(
+            logps,
+            None,
+            None,
+            advantages,
+            mask,
+            beta=0.0,
+            epsilon=0.2,
+            loss_type=loss_type,
+            max_completion_length=L,
+        )
         loss.backward()
         grads[loss_type] = logps.grad
     factor = mask.sum() / (B * L)  # 20 tokens / 30
@@ -145,10 +164,15 @@ def test_scale_only_loss_differences_vanish_under_gradient_clipping():
         return g * min(1.0, max_norm / g.norm().item())
 
     max_norm = 0.5 * grads["dr_grpo"].norm().item()  # both norms exceed it: both are clipped
-    torch.testing.assert_close(clipped(grads["dr_grpo"], max_norm),
-                               clipped(grads["dapo"], max_norm), rtol=1e-12, atol=1e-15)  # fmt: skip
-    cosine = torch.nn.functional.cosine_similarity(grads["grpo"].flatten(),
-                                                   grads["dapo"].flatten(), dim=0)  # fmt: skip
+    torch.testing.assert_close(
+        clipped(grads["dr_grpo"], max_norm),
+        clipped(grads["dapo"], max_norm),
+        rtol=1e-12,
+        atol=1e-15,
+    )
+    cosine = torch.nn.functional.cosine_similarity(
+        grads["grpo"].flatten(), grads["dapo"].flatten(), dim=0
+    )
     assert cosine < 1 - 1e-3  # unequal lengths: grpo points elsewhere
 
 

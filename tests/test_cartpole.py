@@ -223,13 +223,20 @@ def test_solved_must_hold_on_fresh_start_states(monkeypatch):
 
     monkeypatch.setattr(envs, "greedy_episodes", fake_greedy)
     check = envs.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0)
-    assert check == {"eval_return": 500.0, "confirm_return": 400.0, "solved": False,
-                     "env_steps": 10 * 500 + 100 * 500 + 100 * 400}  # fmt: skip
+    assert check == {
+        "eval_return": 500.0,
+        "confirm_return": 400.0,
+        "solved": False,
+        "env_steps": 10 * 500 + 100 * 500 + 100 * 400,
+    }
     returns[CONFIRM_SEED] = 480.0
     assert envs.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0)["solved"]
     returns[STOP_SEED] = 470.0  # the screen fails: nothing more is run
     assert envs.stopping_check(CategoricalPolicy(4, 2), "CartPole-v1", 100, 475.0) == {
-        "eval_return": 470.0, "env_steps": 4700, "solved": False}  # fmt: skip
+        "eval_return": 470.0,
+        "env_steps": 4700,
+        "solved": False,
+    }
 
 
 def test_evaluation_episodes_cannot_run_into_the_next_seed_range():
@@ -244,8 +251,10 @@ def test_greedy_evaluation_over_a_vector_env_is_one_episode_per_start_state():
     torch.manual_seed(3)
     policy = CategoricalPolicy(4, 2, 8)  # an untrained policy: episodes of unequal length
     seeds = [HELD_OUT_SEED + i for i in range(12)]
-    one_by_one = [run_episodes(policy, [make_env("CartPole-v1")], [s], greedy=True).returns.item()
-                  for s in seeds]  # fmt: skip
+    one_by_one = [
+        run_episodes(policy, [make_env("CartPole-v1")], [s], greedy=True).returns.item()
+        for s in seeds
+    ]
     together = evaluate_policy(policy, "CartPole-v1", 12)
     assert len(set(one_by_one)) > 1  # the lengths really differ
     assert together.tolist() == one_by_one
@@ -257,9 +266,11 @@ def test_evaluation_counts_steps_not_rewards():
     torch.manual_seed(0)
     policy = CategoricalPolicy(6, 3, 8)
     check = envs.stopping_check(policy, "Acrobot-v1", 10, solve_threshold=-1e9)  # both sets
-    lengths = [int(run_episodes(policy, [make_env("Acrobot-v1")], [seed], greedy=True).mask.sum())
-               for start in (STOP_SEED, CONFIRM_SEED)
-               for seed in range(start, start + 10)]  # fmt: skip
+    lengths = [
+        int(run_episodes(policy, [make_env("Acrobot-v1")], [seed], greedy=True).mask.sum())
+        for start in (STOP_SEED, CONFIRM_SEED)
+        for seed in range(start, start + 10)
+    ]
     assert check["env_steps"] == sum(lengths) > 0
 
 

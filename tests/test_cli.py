@@ -24,8 +24,12 @@ def test_every_config_field_has_help_text(cls):
 
 
 def test_help_lists_every_field_with_its_text_and_default(capsys):
-    for argv, cls in ((["cartpole"], CartPoleConfig), (["cartpole", "--algo", "ppo"], PPOConfig),
-                      (["math"], MathConfig), (["math", "--algo", "ppo"], LMPPOConfig)):  # fmt: skip
+    for argv, cls in (
+        (["cartpole"], CartPoleConfig),
+        (["cartpole", "--algo", "ppo"], PPOConfig),
+        (["math"], MathConfig),
+        (["math", "--algo", "ppo"], LMPPOConfig),
+    ):
         with pytest.raises(SystemExit):
             main([*argv, "--help"])
         text = "".join(capsys.readouterr().out.split())  # wrapping depends on the terminal
@@ -96,11 +100,15 @@ def test_input_checks_inside_training_are_one_clear_line_too(capsys):
     if "CartPoleNoLimitCli-v0" not in gym.registry:
         gym.register("CartPoleNoLimitCli-v0", entry_point=CartPoleEnv)
     cases = [
-        (["cartpole", "--env-id", "CartPoleNoLimitCli-v0", "--loss-type", "dr_grpo"],
-         "needs an environment with a time limit"),
-        (["math", "--device", "cpu", "--max-completion-length", "100000"],
-         "exceeds the model's context"),
-    ]  # fmt: skip
+        (
+            ["cartpole", "--env-id", "CartPoleNoLimitCli-v0", "--loss-type", "dr_grpo"],
+            "needs an environment with a time limit",
+        ),
+        (
+            ["math", "--device", "cpu", "--max-completion-length", "100000"],
+            "exceeds the model's context",
+        ),
+    ]
     for argv, message in cases:
         with pytest.raises(SystemExit) as exc:
             main([*argv, "--no-progress", "--out", "/nonexistent/never-written"])
@@ -114,8 +122,10 @@ BAD_INPUTS = [
     (["math", "--eval-split", "no_such_split.jsonl"], "eval_split: no file no_such_split.jsonl"),
     (["math", "--model", "data/no_such_model"], "model: 'data/no_such_model' is not a folder"),
     (["math", "--model", "data"], "holds no config.json"),
-    (["math", "--dataset", "gsm8k_sample", "--allow-eval-overlap", "true"],
-     "exceeds the model's context of 32 tokens"),
+    (
+        ["math", "--dataset", "gsm8k_sample", "--allow-eval-overlap", "true"],
+        "exceeds the model's context of 32 tokens",
+    ),
     # FILE: a short prompt with a letter
     (["math", "--dataset", "FILE", "--allow-eval-overlap", "true"], "does not know: 'a'"),
     (["math", "--prompt-template", "r1"], "needs a tokenizer with a chat template"),

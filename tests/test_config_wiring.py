@@ -29,8 +29,10 @@ from grpo_minimal.lm_model import load_model
 from grpo_minimal.lm_train import MathConfig, evaluate_accuracy, train_math
 from grpo_minimal.lm_trainer import completion_logps
 
-ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)}
-        for a, b in [(23, 45), (10, 7), (99, 99), (31, 2), (4, 50), (66, 11)]]  # fmt: skip
+ROWS = [
+    {"prompt": f"{a}+{b}=", "answer": str(a + b)}
+    for a, b in [(23, 45), (10, 7), (99, 99), (31, 2), (4, 50), (66, 11)]
+]
 EVAL_ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(12, 34), (5, 5), (70, 8)]]
 
 
@@ -50,8 +52,17 @@ def tiny():
 
 
 def small_cfg(**overrides) -> MathConfig:
-    values = dict(device="cpu", prompts_per_step=2, num_generations=4, max_steps=2, eval_n=2,
-                  eval_every=0, max_completion_length=5, learning_rate=1e-3, beta=0.0)  # fmt: skip
+    values = dict(
+        device="cpu",
+        prompts_per_step=2,
+        num_generations=4,
+        max_steps=2,
+        eval_n=2,
+        eval_every=0,
+        max_completion_length=5,
+        learning_rate=1e-3,
+        beta=0.0,
+    )
     return MathConfig(**(values | overrides))
 
 
@@ -98,8 +109,9 @@ class Step:
         return max((a - b).abs().max().item() for a, b in zip(self.after, self.before, strict=True))
 
 
-def one_step(tiny, tokenizer=None, reward_funcs=(spread_reward,), completions=None, watch=None,
-             **overrides) -> Step:  # fmt: skip
+def one_step(
+    tiny, tokenizer=None, reward_funcs=(spread_reward,), completions=None, watch=None, **overrides
+) -> Step:
     """One GRPO step on a fresh copy of the tiny model with ``small_cfg(**overrides)``, seeded;
     ``watch(model)`` registers hooks on the copy for the step and returns their handles."""
     model = copy.deepcopy(tiny[0])
@@ -126,9 +138,17 @@ def run(tiny, train_rows=ROWS, eval_rows=EVAL_ROWS, load=False, **overrides):
     model named by ``cfg.model`` itself (setup: seed, device, dtype, model)."""
     model, tokenizer = (None, None) if load else (copy.deepcopy(tiny[0]), tiny[1])
     kwargs = {k: overrides.pop(k) for k in ("out_dir", "on_step") if k in overrides}
-    return train_math(small_cfg(**overrides), model, tokenizer, train_rows=train_rows,
-                      eval_rows=eval_rows, reward_funcs=[spread_reward], progress=False,
-                      trainer_cls=Spy, **kwargs)  # fmt: skip
+    return train_math(
+        small_cfg(**overrides),
+        model,
+        tokenizer,
+        train_rows=train_rows,
+        eval_rows=eval_rows,
+        reward_funcs=[spread_reward],
+        progress=False,
+        trainer_cls=Spy,
+        **kwargs,
+    )
 
 
 def same_groups(completions: list[str], G: int) -> list[bool]:
@@ -183,8 +203,15 @@ def case_eval_split(tiny, tmp_path):
     path.write_text(json.dumps(train[0]) + "\n")
     seen = {}
     for split in ("train", "test", str(path)):
-        _, history = run(tiny, train_rows=train, eval_rows=None, eval_split=split, eval_n=2,
-                         allow_eval_overlap=True, max_steps=1)  # fmt: skip
+        _, history = run(
+            tiny,
+            train_rows=train,
+            eval_rows=None,
+            eval_split=split,
+            eval_n=2,
+            allow_eval_overlap=True,
+            max_steps=1,
+        )
         seen[split] = (history[0]["eval_n"], history[0]["eval_overlap"])
     assert seen == {"train": (2, 2), "test": (2, 0), str(path): (1, 1)}
 
@@ -234,8 +261,9 @@ def case_temperature(tiny, tmp_path):
     assert not torch.equal(steps[0.5].rollout.completion_ids, steps[2.0].rollout.completion_ids)
     for t, step in steps.items():
         with torch.no_grad():
-            _, entropy = completion_logps(step.model_before, step.rollout, t, with_entropy=True,
-                                          share_prompts=False)  # fmt: skip
+            _, entropy = completion_logps(
+                step.model_before, step.rollout, t, with_entropy=True, share_prompts=False
+            )
         mask = step.rollout.completion_mask
         expected = ((entropy * mask).sum() / mask.sum()).item()
         assert step.record["entropy"] == pytest.approx(expected, rel=1e-4)
@@ -350,8 +378,10 @@ def case_format_weight(tiny, tmp_path):
     # reward = accuracy + format_weight * format: half the completions are right and in the R1
     # form, half right and bare (the texts the rewards read are set by hand)
     def texts(rollout):
-        return [f"<think>x</think><answer>{r['answer']}</answer>" if i % 2 == 0 else r["answer"]
-                for i, r in enumerate(rollout.rows)]  # fmt: skip
+        return [
+            f"<think>x</think><answer>{r['answer']}</answer>" if i % 2 == 0 else r["answer"]
+            for i, r in enumerate(rollout.rows)
+        ]
 
     for weight in (0.0, 0.3):
         step = one_step(tiny, reward_funcs=None, completions=texts, format_weight=weight)
@@ -386,9 +416,15 @@ def case_save_every(tiny, tmp_path):
     for every in (0, 1):
         out = tmp_path / f"every{every}"
         on_disk = {}
-        run(tiny, save_every=every, max_steps=2, out_dir=out,
+        run(
+            tiny,
+            save_every=every,
+            max_steps=2,
+            out_dir=out,
             on_step=lambda r, _, out=out, on_disk=on_disk: on_disk.setdefault(
-                r["step"], any(out.glob("*.safetensors"))))  # fmt: skip
+                r["step"], any(out.glob("*.safetensors"))
+            ),
+        )
         assert on_disk[2] is (every == 1)
         assert any(out.glob("*.safetensors"))  # and at the end, always
 
@@ -504,8 +540,11 @@ def moved(tiny, **overrides) -> Step:
 def case_epsilon(tiny, tmp_path):
     # the ratio leaves [1 - eps, 1 + eps] for more tokens when eps is small; with epsilon_high
     # set, epsilon still sets the lower bound
-    clip = {(eps, high): moved(tiny, epsilon=eps, epsilon_high=high).record["clip_fraction"]
-            for eps in (0.01, 0.9) for high in (None, 0.01)}  # fmt: skip
+    clip = {
+        (eps, high): moved(tiny, epsilon=eps, epsilon_high=high).record["clip_fraction"]
+        for eps in (0.01, 0.9)
+        for high in (None, 0.01)
+    }
     assert clip[0.01, None] > clip[0.9, None]
     assert clip[0.01, 0.01] > clip[0.9, 0.01]
 
@@ -521,8 +560,9 @@ def case_epsilon_high(tiny, tmp_path):
 def case_use_bias_correction_kl(tiny, tmp_path):
     # the KL term times the ratio: once the policy moves (second iteration) the loss differs
     plain = one_step(tiny, beta=0.5, num_iterations=2, learning_rate=1e-2)
-    corrected = one_step(tiny, beta=0.5, num_iterations=2, learning_rate=1e-2,
-                         use_bias_correction_kl=True)  # fmt: skip
+    corrected = one_step(
+        tiny, beta=0.5, num_iterations=2, learning_rate=1e-2, use_bias_correction_kl=True
+    )
     assert corrected.record["loss"] != pytest.approx(plain.record["loss"], rel=1e-6, abs=1e-9)
     assert any(not torch.equal(a, b) for a, b in zip(plain.after, corrected.after, strict=True))
 
@@ -564,7 +604,14 @@ def case_lora_dropout(tiny, tmp_path):
 def case_lora_target_modules(tiny, tmp_path):
     every = lora_layers(one_step(tiny, lora_r=4).trainer.model)
     assert {n.rsplit(".", 1)[-1] for n in every} == {
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # not lm_head
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }  # not lm_head
     two = lora_layers(one_step(tiny, lora_r=4, lora_target_modules="q_proj, v_proj").trainer.model)
     assert {n.rsplit(".", 1)[-1] for n in two} == {"q_proj", "v_proj"}
 
@@ -576,8 +623,12 @@ def case_seed(tiny, tmp_path):
         order = torch.randperm(len(ROWS), generator=torch.Generator().manual_seed(seed))
         assert trainer.rows == [ROWS[i] for i in order[:2].tolist()]
     for load in (False, True):  # the model given, or loaded by the run (setup seeds first)
-        texts = [run(tiny, train_rows=ROWS[:1], load=load, seed=seed, max_steps=1,
-                     temperature=2.0)[0].rollout.completions for seed in (0, 0, 1)]  # fmt: skip
+        texts = [
+            run(tiny, train_rows=ROWS[:1], load=load, seed=seed, max_steps=1, temperature=2.0)[
+                0
+            ].rollout.completions
+            for seed in (0, 0, 1)
+        ]
         assert texts[0] == texts[1] != texts[2]
 
 
@@ -600,8 +651,10 @@ def batch_split(c: MathConfig) -> dict:
     """TRL's names for one step's batch: P x G completions, in gradient_accumulation_steps
     micro-batches (one process)."""
     batch = c.prompts_per_step * c.num_generations
-    return {"generation_batch_size": batch,
-            "per_device_train_batch_size": batch // c.gradient_accumulation_steps}  # fmt: skip
+    return {
+        "generation_batch_size": batch,
+        "per_device_train_batch_size": batch // c.gradient_accumulation_steps,
+    }
 
 
 def same_name(field: str):
@@ -680,8 +733,18 @@ TRL_ELSEWHERE = {
 
 
 def trl_cfg(**overrides) -> MathConfig:
-    return MathConfig(**({"device": "cpu", "prompts_per_step": 2, "num_generations": 4,
-                          "max_steps": 2, "eval_n": 2} | overrides))  # fmt: skip
+    return MathConfig(
+        **(
+            {
+                "device": "cpu",
+                "prompts_per_step": 2,
+                "num_generations": 4,
+                "max_steps": 2,
+                "eval_n": 2,
+            }
+            | overrides
+        )
+    )
 
 
 def test_every_field_reaches_trl():
@@ -733,8 +796,9 @@ def trl_trainer(tiny, tmp_path, **overrides):
     from grpo_minimal.trl_bridge import make_trl_trainer
 
     tokenizer = overrides.pop("tokenizer", tiny[1])
-    trainer, _ = make_trl_trainer(trl_cfg(**overrides), copy.deepcopy(tiny[0]), tokenizer, ROWS,
-                                  str(tmp_path))  # fmt: skip
+    trainer, _ = make_trl_trainer(
+        trl_cfg(**overrides), copy.deepcopy(tiny[0]), tokenizer, ROWS, str(tmp_path)
+    )
     return trainer
 
 
@@ -760,7 +824,9 @@ def test_trl_trainer_samples_from_the_template(tiny, tmp_path):
 def test_trl_trainer_gets_the_same_lora_adapters(tiny, tmp_path):
     """TRL receives the run's peft config: rank, scale, dropout and target modules; with LoRA
     and beta > 0 it keeps no reference copy (the adapter is disabled instead)."""
-    settings = dict(lora_r=4, lora_alpha=12.0, lora_dropout=0.25, lora_target_modules="q_proj,v_proj")
+    settings = dict(
+        lora_r=4, lora_alpha=12.0, lora_dropout=0.25, lora_target_modules="q_proj,v_proj"
+    )
     trainer = trl_trainer(tiny, tmp_path, beta=0.04, **settings)
     layers = lora_layers(trainer.model)
     assert {n.rsplit(".", 1)[-1] for n in layers} == {"q_proj", "v_proj"}
@@ -791,8 +857,9 @@ def gpt2_model():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=2,
-                                      n_head=2))  # fmt: skip
+    return GPT2LMHeadModel(
+        GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=2, n_head=2)
+    )
 
 
 def test_weight_decay_spares_what_trl_spares(tiny, tmp_path):
@@ -814,8 +881,9 @@ def test_weight_decay_spares_what_trl_spares(tiny, tmp_path):
     assert expected[0] and expected[1]
     assert decay_split(ours.model, ours.optimizer) == expected
     gpt2 = gpt2_model()
-    args = TrainingArguments(output_dir=str(tmp_path / "hf"), weight_decay=0.1, use_cpu=True,
-                             report_to=[])  # fmt: skip
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"), weight_decay=0.1, use_cpu=True, report_to=[]
+    )
     hf = decay_split(gpt2, Trainer(model=gpt2, args=args).create_optimizer())
     assert any(".ln_" in name for name in hf[1]) and any(".bias" in name for name in hf[1])
     assert decay_parameter_names(gpt2) == hf[0]
@@ -825,8 +893,9 @@ def test_weight_decay_updates_as_trl(tiny, tmp_path):
     # the same gradients, two AdamW steps with weight_decay 0.1: the same weights as TRL's
     trl = trl_trainer(tiny, tmp_path, weight_decay=0.1, learning_rate=1e-2)
     theirs = trl.create_optimizer()
-    ours = LMGRPOTrainer(trl_cfg(weight_decay=0.1, learning_rate=1e-2), copy.deepcopy(tiny[0]),
-                         tiny[1])  # fmt: skip
+    ours = LMGRPOTrainer(
+        trl_cfg(weight_decay=0.1, learning_rate=1e-2), copy.deepcopy(tiny[0]), tiny[1]
+    )
     pairs = list(zip(ours.model.parameters(), trl.model.parameters(), strict=True))
     generator = torch.Generator().manual_seed(0)
     for _ in range(2):
@@ -844,8 +913,15 @@ def train_trl(tiny, tmp_path, eval_rows=EVAL_ROWS, **overrides):
     pytest.importorskip("trl")
     from grpo_minimal.trl_bridge import train_math_trl
 
-    return train_math_trl(trl_cfg(**overrides), copy.deepcopy(tiny[0]), tiny[1], ROWS,
-                          eval_rows, tmp_path / "out", progress=False)  # fmt: skip
+    return train_math_trl(
+        trl_cfg(**overrides),
+        copy.deepcopy(tiny[0]),
+        tiny[1],
+        ROWS,
+        eval_rows,
+        tmp_path / "out",
+        progress=False,
+    )
 
 
 def test_train_math_trl_budget_and_held_out_rows(tiny, tmp_path):
@@ -853,8 +929,15 @@ def test_train_math_trl_budget_and_held_out_rows(tiny, tmp_path):
     # are also training rows are refused unless allow_eval_overlap, and then counted
     with pytest.raises(ValueError, match="also training prompts"):
         train_trl(tiny, tmp_path, eval_rows=ROWS[:2], allow_eval_overlap=False)
-    _, history = train_trl(tiny, tmp_path, eval_rows=[ROWS[0], *EVAL_ROWS], eval_n=3,
-                           allow_eval_overlap=True, max_steps=3, time_budget_s=1e-9)  # fmt: skip
+    _, history = train_trl(
+        tiny,
+        tmp_path,
+        eval_rows=[ROWS[0], *EVAL_ROWS],
+        eval_n=3,
+        allow_eval_overlap=True,
+        max_steps=3,
+        time_budget_s=1e-9,
+    )
     assert [r["step"] for r in history] == [0, 1]
     assert (history[0]["eval_n"], history[0]["eval_overlap"]) == (3, 1)
 

@@ -184,13 +184,20 @@ def test_the_held_out_check_compares_problems_not_strings(tmp_path):
     assert all(s["prompt"] != r["prompt"] for s, r in zip(swapped, train, strict=False))
     path = tmp_path / "swapped.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in swapped))
-    with pytest.raises(ValueError, match=r"3 of 3 evaluation prompts are also training prompts"
-                       r".*45\+23= are one, data\.problem_key"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"3 of 3 evaluation prompts are also training prompts"
+        r".*45\+23= are one, data\.problem_key",
+    ):
         load_train_eval_rows("arithmetic", str(path), 3)
     _, rows = load_train_eval_rows("arithmetic", str(path), 3, allow_overlap=True)
     assert rows == swapped
-    assert count_overlap([{"prompt": "45-23="}, {"prompt": " 2*9="}],
-                         [{"prompt": "23-45="}, {"prompt": "9*2= "}]) == 1  # fmt: skip
+    assert (
+        count_overlap(
+            [{"prompt": "45-23="}, {"prompt": " 2*9="}], [{"prompt": "23-45="}, {"prompt": "9*2= "}]
+        )
+        == 1
+    )
     question = "Tom has 3+4 apples. How many?"
     assert count_overlap([{"prompt": question}], [{"prompt": f" {question}"}]) == 1
     assert check_held_out(train, load_arithmetic("test"), allow_overlap=False) == 0
@@ -204,8 +211,10 @@ def test_chat_arithmetic_splits_are_disjoint_right_and_reproduced(tmp_path):
     answer right, and the committed files are what the seeded script writes."""
     splits = {s: load_chat_arithmetic(s) for s in ("train", "validation", "test")}
     assert {s: len(rows) for s, rows in splits.items()} == {
-        "train": 155, "validation": 37, "test": 60
-    }  # fmt: skip
+        "train": 155,
+        "validation": 37,
+        "test": 60,
+    }
     keys = {s: [problem_key(r["prompt"]) for r in rows] for s, rows in splits.items()}
     assert sum(len(k) for k in keys.values()) == 81 + 90 + 81
     assert not set(keys["test"]) & (set(keys["train"]) | set(keys["validation"]))
@@ -215,8 +224,11 @@ def test_chat_arithmetic_splits_are_disjoint_right_and_reproduced(tmp_path):
         assert int(row["answer"]) == (int(a) + int(b) if op == "+" else int(a) - int(b)) > 0
     assert problem_key("What is 7 + 5?") == problem_key("What is 5 + 7?") == ("+", 5, 7)
     assert problem_key("What is 12 - 5?") != problem_key("What is 5 - 12?")
-    subprocess.run([sys.executable, str(DATA_DIR / "make_chat_arithmetic.py"), "--out",
-                    str(tmp_path)], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(DATA_DIR / "make_chat_arithmetic.py"), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
     for split in splits:
         name = f"chat_arithmetic_{split}.jsonl"
         assert (tmp_path / name).read_bytes() == (DATA_DIR / name).read_bytes(), name

@@ -44,8 +44,7 @@ REFUSED = {  # snippet -> what the reason says
     "def f(x):\n    dict.update(checks.REFERENCE_TRAINER, a=1)": "uses `update` of something",
     "def f(x):\n    u = checks.REFERENCE_TRAINER.update\n    u(a=1)": "uses `update` of something",
     "def f(x):\n    torch.nn.modules.module.register_module_forward_hook(h)": "uses `register_",
-    "def f(x):\n    import grpo_minimal.labs.objective as oc\n    oc.ratio_gradient = None":
-        "changes the attribute `ratio_gradient`",
+    "def f(x):\n    import grpo_minimal.labs.objective as oc\n    oc.ratio_gradient = None": "changes the attribute `ratio_gradient`",
     "def f(x, g=torch.autograd):\n    g.grad = None": "changes the attribute `grad`",
     "import torch.library as L": "imports `torch.library`",
     "import torch._C as C": "imports `torch._C`",
@@ -93,8 +92,12 @@ def test_every_solution_is_defined_again_whole():
         assert names, notebook.name
         found = definitions(cells, names)
         assert found.refused == {}, (notebook.name, found.refused)
-        kept = {s.name for _, module in found.cells for s in module.body
-                if isinstance(s, ast.FunctionDef)}  # fmt: skip
+        kept = {
+            s.name
+            for _, module in found.cells
+            for s in module.body
+            if isinstance(s, ast.FunctionDef)
+        }
         assert kept == set(names), notebook.name
 
 
@@ -107,12 +110,17 @@ def test_only_what_the_graded_functions_need_is_kept():
     ]
     found = definitions(cells, ["graded"])
     kept = [ast.unparse(s) for _, module in found.cells for s in module.body]
-    assert kept == ["SCALE = 2.0", "def helper(x):\n    return x * SCALE",
-                    "def graded(x):\n    return helper(x)"]  # fmt: skip
+    assert kept == [
+        "SCALE = 2.0",
+        "def helper(x):\n    return x * SCALE",
+        "def graded(x):\n    return helper(x)",
+    ]
     assert found.refused == {}
     helper = "def helper(x):\n    checks.X = 1\n    return x"
     refused = definitions([cells[0], cells[1], helper], ["graded"])
-    assert "changes the attribute `X` of something not its own (line 2)" in refused.refused["graded"]
+    assert (
+        "changes the attribute `X` of something not its own (line 2)" in refused.refused["graded"]
+    )
 
 
 def test_a_name_changed_in_place_at_the_top_level_is_refused():
@@ -120,8 +128,10 @@ def test_a_name_changed_in_place_at_the_top_level_is_refused():
     reading ``ROWS`` would see another list there than in the kernel, so it is refused."""
     cells = ["ROWS = [1.0]\nROWS.append(2.0)", "def graded(x):\n    return x * len(ROWS)"]
     found = definitions(cells, ["graded"])
-    assert "reads `ROWS`, which a top-level statement changes in place (line 2)" in \
-        found.refused["graded"]
+    assert (
+        "reads `ROWS`, which a top-level statement changes in place (line 2)"
+        in found.refused["graded"]
+    )
 
 
 def test_a_function_made_where_the_reading_cannot_see_is_refused():
@@ -129,8 +139,10 @@ def test_a_function_made_where_the_reading_cannot_see_is_refused():
     assert "is bound by no statement grading can read" in found.refused["graded"]
 
 
-@pytest.mark.parametrize("binding", ["SCALE = 2.0\nSCALE += 5", "if True:\n    SCALE = 2.0",
-                                     "for SCALE in [1.0, 2.0]:\n    pass"])  # fmt: skip
+@pytest.mark.parametrize(
+    "binding",
+    ["SCALE = 2.0\nSCALE += 5", "if True:\n    SCALE = 2.0", "for SCALE in [1.0, 2.0]:\n    pass"],
+)
 def test_a_name_the_measurer_cannot_bind_as_the_kernel_did_is_refused(binding):
     """The measurer runs imports, defs, classes and top-level assignments to names; a name a
     graded function reads that anything else binds (``+=``, a block, a loop) would hold another
@@ -155,14 +167,19 @@ def test_the_measurer_runs_the_definitions_alone_and_prints_nowhere(tmp_path):
         assert answer["ok"] == pytest.approx(4 * 3.141592653589793)
         assert measuring._run("undefined_name") == "NameError: name 'undefined_name' is not defined"
         # not dumpable (PR_GET_DUMPABLE = 3): no process of the same user opens its memory
-        assert measuring._run("import ctypes\nassert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 0") is None
+        assert (
+            measuring._run("import ctypes\nassert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 0")
+            is None
+        )
     finally:
         process.kill()
         process.wait()
 
 
-@pytest.mark.skipif(subprocess.run(["which", "bwrap"], capture_output=True).returncode != 0,
-                    reason="needs bubblewrap")  # fmt: skip
+@pytest.mark.skipif(
+    subprocess.run(["which", "bwrap"], capture_output=True).returncode != 0,
+    reason="needs bubblewrap",
+)
 def test_what_the_notebook_left_running_is_ended_before_the_measurer_runs(tmp_path):
     """In a process-id namespace of its own (bwrap's, as in the sandbox), ``end_other_processes``
     kills every process but itself, pid 1 and the ones it keeps: daemons in new sessions
@@ -178,8 +195,19 @@ def test_what_the_notebook_left_running_is_ended_before_the_measurer_runs(tmp_pa
         "print(json.dumps({'kept': kept.poll() is None, 'left': [p.returncode for p in left]}))\n"
         "kept.kill()\n"
     )
-    argv = ["bwrap", "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc",
-            "--die-with-parent", sys.executable, "-c", script]  # fmt: skip
+    argv = [
+        "bwrap",
+        "--dev-bind",
+        "/",
+        "/",
+        "--unshare-pid",
+        "--proc",
+        "/proc",
+        "--die-with-parent",
+        sys.executable,
+        "-c",
+        script,
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     if done.returncode != 0 and "bwrap" in done.stderr:
         pytest.skip(f"bwrap cannot start here: {done.stderr.strip()[:200]}")

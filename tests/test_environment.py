@@ -23,5 +23,7 @@ def test_environment_yml_matches_pyproject():
 
 
 def test_extras_are_named_by_purpose():
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     assert {"dev", "gpu"} <= set(extras)

@@ -48,8 +48,11 @@ def without(monkeypatch):
 
     def hide(*modules: str) -> None:
         real = importlib.util.find_spec
-        monkeypatch.setattr(importlib.util, "find_spec",
-                            lambda name, *a: None if name in modules else real(name, *a))  # fmt: skip
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: None if name in modules else real(name, *a),
+        )
 
     return hide
 

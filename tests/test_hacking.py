@@ -75,9 +75,18 @@ def test_length_bias_of_the_aggregation(loss_type, ratio):
     mask[0, :3] = 1
     mask[1, :] = 1
     logps = torch.zeros(2, 9, dtype=torch.float64, requires_grad=True)
-    loss, _ = grpo_loss(logps, None, None, torch.tensor([-1.0, -1.0], dtype=torch.float64), mask,
-                        beta=0.0, epsilon=0.2, loss_type=loss_type, max_completion_length=9,
-                        num_items_in_batch=mask.sum())  # fmt: skip
+    loss, _ = grpo_loss(
+        logps,
+        None,
+        None,
+        torch.tensor([-1.0, -1.0], dtype=torch.float64),
+        mask,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type=loss_type,
+        max_completion_length=9,
+        num_items_in_batch=mask.sum(),
+    )
     loss.backward()
     short, long = logps.grad[0, 0].item(), logps.grad[1, 0].item()
     assert short > 0 and long > 0  # minimising the loss lowers both (advantage < 0)
@@ -115,8 +124,10 @@ def test_lenient_grader_teaches_hedging_and_strict_refuses_it():
 
     # each run is scored by its own grader (the values are rounded to 4 places)
     assert strict["reward_mean"] == pytest.approx(strict["strict_accuracy"], abs=1e-4)
-    assert any(paid > right + 1e-3 for paid, right
-               in zip(lenient["reward_mean"], lenient["strict_accuracy"], strict=True))  # fmt: skip
+    assert any(
+        paid > right + 1e-3
+        for paid, right in zip(lenient["reward_mean"], lenient["strict_accuracy"], strict=True)
+    )
 
     def mean(run, key, first, last):  # over steps first..last (1-based)
         return sum(run[key][first - 1 : last]) / (last - first + 1)

@@ -117,7 +117,9 @@ def test_each_trainer_step_reads_in_one_screen(name, limit):
     from grpo_minimal.lm_grpo import LMGRPOTrainer
     from grpo_minimal.lm_ppo import LMPPOTrainer
 
-    source = inspect.getsource({"LMGRPOTrainer": LMGRPOTrainer, "LMPPOTrainer": LMPPOTrainer}[name].step)
+    source = inspect.getsource(
+        {"LMGRPOTrainer": LMGRPOTrainer, "LMPPOTrainer": LMPPOTrainer}[name].step
+    )
     lines = len(source.splitlines())
     assert lines <= limit, f"{name}.step: {lines} lines, over {limit}"
     assert "fmt: skip" not in source and "perf_counter" not in source and "autocast" not in source

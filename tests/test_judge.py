@@ -133,8 +133,9 @@ TAMPERING_06 = (  # lab 06's sampler and training run forged in the kernel
 def labs(tmp_path_factory):
     out = tmp_path_factory.mktemp("judged-labs")
     for lab in [*MISTAKES, "05_find_the_bugs", "06_llm_step"]:
-        build_labs(ROOT / "instructor/labs", out / "student", out / "grader", only=lab,
-                   seed=GRADER_SECRET)  # fmt: skip
+        build_labs(
+            ROOT / "instructor/labs", out / "student", out / "grader", only=lab, seed=GRADER_SECRET
+        )
     return out
 
 
@@ -188,13 +189,18 @@ def test_the_check_instruments_stay_in_the_judge(labs, tmp_path, monkeypatch):
     student = labs / "student"
     shipped_05 = student / "05_find_the_bugs.ipynb"
     plain_06 = filled_lab(student / "06_llm_step.ipynb", MISTAKES_06, tmp_path / "06.ipynb")
-    apart = {lab: _scores(nb, labs / "grader") for lab, nb in
-             (("05", shipped_05), ("06", plain_06))}  # fmt: skip
+    apart = {
+        lab: _scores(nb, labs / "grader") for lab, nb in (("05", shipped_05), ("06", plain_06))
+    }
     assert all(score == 0 for score, _, _ in apart["05"].values()), apart["05"]
     assert "got:      8" in apart["05"]["sample_group"][2][0]  # counted in the judge
     assert "called 2 times" in apart["06"]["step"][2][0], apart["06"]["step"]
     assert [name for name, (score, possible, _) in apart["06"].items() if score < possible] == [
-        "completion_logps", "mask_after_eos", "step", "training"]  # fmt: skip
+        "completion_logps",
+        "mask_after_eos",
+        "step",
+        "training",
+    ]
     for lab, notebook, forgery, cell in (
         ("05", shipped_05, TAMPERING_05, 1),
         ("06", plain_06, TAMPERING_06 + TAMPERING, 2),
@@ -215,8 +221,10 @@ def test_a_kernel_that_stops_fails_its_checks_with_the_reason(labs, tmp_path):
     notebook itself, the cell that ran it is listed as the one that raised, and every check
     says the kernel stopped. Either way the notebook gets a row, not a failed grading."""
     student = labs / "student" / "01_advantages.ipynb"
-    exits = ("import os\ndef group_advantages(rewards, num_generations, scale_rewards='group', "
-             "eps=1e-4):\n    os._exit(0)")  # fmt: skip
+    exits = (
+        "import os\ndef group_advantages(rewards, num_generations, scale_rewards='group', "
+        "eps=1e-4):\n    os._exit(0)"
+    )
     quiet = {0: exits, 2: "advantage_population = advantage_sample = 0.0"}
     by_check = filled_lab(student, {**PACKAGE_ANSWERS_01, **quiet}, tmp_path / "a.ipynb")
     scores = _scores(by_check, labs / "grader")
@@ -256,8 +264,11 @@ def test_the_kernels_answers_cross_as_data_and_nothing_is_unpickled(tmp_path):
     kernel: dict = {}
     exec(KERNEL_CODE, kernel)  # as the kernel runs it, in a namespace of its own
     strided = torch.arange(12.0).reshape(3, 4).t()  # not contiguous
-    value = {"ok": [strided, (1, "x", None), {3: torch.tensor([True, False])}, float("nan")],
-             "half": torch.ones(2, dtype=torch.bfloat16), "empty": torch.zeros(0, 5)}  # fmt: skip
+    value = {
+        "ok": [strided, (1, "x", None), {3: torch.tensor([True, False])}, float("nan")],
+        "half": torch.ones(2, dtype=torch.bfloat16),
+        "empty": torch.zeros(0, 5),
+    }
     kernel["__grpo_write__"](kernel["__grpo_encode__"](value), str(tmp_path / "answer"))
     back = read_exchange(tmp_path / "answer")
     assert torch.equal(back["ok"][0], strided) and back["ok"][1] == (1, "x", None)
@@ -319,9 +330,11 @@ def test_the_graded_kernel_never_imports_otter(labs, tmp_path):
     if otter is in its kernel, and which calls the stand-in from a cell of its own, still scores
     full marks with no cell raising."""
     student = labs / "student" / "01_advantages.ipynb"
-    guard = ("import sys\nif 'otter' in sys.modules:\n"
-             "    raise RuntimeError('otter was imported in the graded kernel')\n"
-             "grader.check('group_advantages')\n")  # fmt: skip
+    guard = (
+        "import sys\nif 'otter' in sys.modules:\n"
+        "    raise RuntimeError('otter was imported in the graded kernel')\n"
+        "grader.check('group_advantages')\n"
+    )
     answers = {**PACKAGE_ANSWERS_01, 0: guard + PACKAGE_ANSWERS_01[0]}
     notebook = filled_lab(student, answers, tmp_path / "01_advantages.ipynb")
     exercises, _, errors = grading.grade_notebook_file(notebook, labs / "grader")
@@ -347,11 +360,16 @@ def test_the_evaluator_ban_is_read_from_the_source_in_the_judge(labs, tmp_path):
     ``functools.partial`` (which the bytecode scan of the function does not follow), with the
     kernel's scan patched to find nothing, still fails the check. (In the kernel, otter's way,
     the same notebook scores full marks on parse_number.)"""
-    right = ("from grpo_minimal import rewards\n"
-             "def accuracy_reward(completions, answer, **kwargs):\n"
-             "    return rewards.accuracy_reward(completions, answer, **kwargs)")  # fmt: skip
-    notebook = filled_lab(labs / "student" / "04_reward.ipynb", {0: DODGES_THE_BAN, 1: right},
-                          tmp_path / "04_reward.ipynb")  # fmt: skip
+    right = (
+        "from grpo_minimal import rewards\n"
+        "def accuracy_reward(completions, answer, **kwargs):\n"
+        "    return rewards.accuracy_reward(completions, answer, **kwargs)"
+    )
+    notebook = filled_lab(
+        labs / "student" / "04_reward.ipynb",
+        {0: DODGES_THE_BAN, 1: right},
+        tmp_path / "04_reward.ipynb",
+    )
     scores = _scores(notebook, labs / "grader")
     score, possible, failures = scores["parse_number"]
     assert score < possible and "no evaluator on model output" in failures[0], failures
@@ -383,10 +401,17 @@ def test_the_measurements_run_where_nothing_else_of_the_notebook_ran(labs, tmp_p
     wrong = MISTAKES["03_objective"][0]
     (tmp_path / "plain").mkdir()
     (tmp_path / "sly").mkdir()
-    plain = _scores(filled_lab(student, {0: wrong}, tmp_path / "plain" / student.name),
-                    labs / "grader")  # fmt: skip
-    sly = _scores(filled_lab(student, {0: wrong + "\n" + PATCHED_GRADIENT_03, 1: PATCHING_KL_03},
-                             tmp_path / "sly" / student.name), labs / "grader")  # fmt: skip
+    plain = _scores(
+        filled_lab(student, {0: wrong}, tmp_path / "plain" / student.name), labs / "grader"
+    )
+    sly = _scores(
+        filled_lab(
+            student,
+            {0: wrong + "\n" + PATCHED_GRADIENT_03, 1: PATCHING_KL_03},
+            tmp_path / "sly" / student.name,
+        ),
+        labs / "grader",
+    )
     assert plain["clipped_surrogate"][0] < plain["clipped_surrogate"][1]
     assert sly["clipped_surrogate"][:2] == plain["clipped_surrogate"][:2]
     score, _, failures = sly["kl_k3"]

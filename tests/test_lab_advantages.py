@@ -77,8 +77,15 @@ def eps_inside_the_sqrt(rewards, num_generations, scale_rewards="group", eps=1e-
     return centred.reshape(-1)
 
 
-GROUP_WRONG = [population_std, no_eps, batch_mean, ignores_scale, hard_coded_eps, no_float,
-               eps_inside_the_sqrt]  # fmt: skip
+GROUP_WRONG = [
+    population_std,
+    no_eps,
+    batch_mean,
+    ignores_scale,
+    hard_coded_eps,
+    no_float,
+    eps_inside_the_sqrt,
+]
 
 
 def reference_rloo(rewards, num_generations):
@@ -272,7 +279,9 @@ NAMED_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("check, fn, hint", NAMED_MISTAKES, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize(
+    "check, fn, hint", NAMED_MISTAKES, ids=lambda v: getattr(v, "__name__", "")
+)
 @pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
 def test_a_mistake_is_told_the_hint_that_names_it(check, fn, hint, seed):
     assert_told(check, fn, hint, seed)

@@ -321,8 +321,12 @@ def test_eps_inside_the_sqrt_is_told_so_as_in_lab_01():
     """Lab 01's mistakes of group_advantages get lab 01's hints here too (this hint once said
     to compute each block's own mean and std, which the learner did)."""
     for seed in (None, 12_345):
-        assert_told(checks.check_group_advantages, advantages_eps_inside_the_sqrt,
-                    "outside the square root", seed)  # fmt: skip
+        assert_told(
+            checks.check_group_advantages,
+            advantages_eps_inside_the_sqrt,
+            "outside the square root",
+            seed,
+        )
 
 
 def test_group_advantages_feedback():
@@ -437,8 +441,9 @@ def test_kl_pull_case_measures_the_pull():
 # --- exercise 5: grpo_update ------------------------------------------------------------------
 
 
-def _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon, old, ref,
-            zero_grad=True):  # fmt: skip
+def _update(
+    policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon, old, ref, zero_grad=True
+):
     """The update loop with ``old(logps_now)`` and ``ref`` choosing the fixed log-probs."""
     prompts, completions = rollout.prompts, rollout.completions
     advantages = rollout.advantages.unsqueeze(1)
@@ -464,8 +469,17 @@ def update_old_inside_loop(
     """log pi_old recomputed at every update (seed 000 lines 379-387): the ratio stays 1."""
     with torch.no_grad():
         ref_logps = ref_policy.logps(rollout.prompts, rollout.completions)
-    return _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon,
-                   old=lambda logps: logps.detach(), ref=lambda old: ref_logps)  # fmt: skip
+    return _update(
+        policy,
+        ref_policy,
+        optimizer,
+        rollout,
+        num_iterations,
+        beta,
+        epsilon,
+        old=lambda logps: logps.detach(),
+        ref=lambda old: ref_logps,
+    )
 
 
 def update_old_not_detached(
@@ -475,8 +489,17 @@ def update_old_not_detached(
     old_logps = policy.logps(rollout.prompts, rollout.completions)
     with torch.no_grad():
         ref_logps = ref_policy.logps(rollout.prompts, rollout.completions)
-    return _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon,
-                   old=lambda logps: old_logps, ref=lambda old: ref_logps)  # fmt: skip
+    return _update(
+        policy,
+        ref_policy,
+        optimizer,
+        rollout,
+        num_iterations,
+        beta,
+        epsilon,
+        old=lambda logps: old_logps,
+        ref=lambda old: ref_logps,
+    )
 
 
 def update_ref_is_old(
@@ -486,8 +509,17 @@ def update_ref_is_old(
     current model every iteration, lines 37-40 and 124-126)."""
     with torch.no_grad():
         old_logps = policy.logps(rollout.prompts, rollout.completions)
-    return _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon,
-                   old=lambda logps: old_logps, ref=lambda old: old)  # fmt: skip
+    return _update(
+        policy,
+        ref_policy,
+        optimizer,
+        rollout,
+        num_iterations,
+        beta,
+        epsilon,
+        old=lambda logps: old_logps,
+        ref=lambda old: old,
+    )
 
 
 def update_returns_nothing(
@@ -505,8 +537,17 @@ def update_reference_copy(
     with torch.no_grad():
         old_logps = policy.logps(rollout.prompts, rollout.completions)
         ref_logps = ref_policy.logps(rollout.prompts, rollout.completions)
-    return _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon,
-                   old=lambda logps: old_logps, ref=lambda old: ref_logps)  # fmt: skip
+    return _update(
+        policy,
+        ref_policy,
+        optimizer,
+        rollout,
+        num_iterations,
+        beta,
+        epsilon,
+        old=lambda logps: old_logps,
+        ref=lambda old: ref_logps,
+    )
 
 
 def update_hard_coded_epsilon(
@@ -532,8 +573,18 @@ def update_without_zero_grad(
     with torch.no_grad():
         old_logps = policy.logps(rollout.prompts, rollout.completions)
         ref_logps = ref_policy.logps(rollout.prompts, rollout.completions)
-    return _update(policy, ref_policy, optimizer, rollout, num_iterations, beta, epsilon,
-                   old=lambda logps: old_logps, ref=lambda old: ref_logps, zero_grad=False)  # fmt: skip
+    return _update(
+        policy,
+        ref_policy,
+        optimizer,
+        rollout,
+        num_iterations,
+        beta,
+        epsilon,
+        old=lambda logps: old_logps,
+        ref=lambda old: ref_logps,
+        zero_grad=False,
+    )
 
 
 UPDATE_WRONG = [
@@ -571,8 +622,9 @@ def _slipped_update(slip: str):
     """A learner's grpo_update with one slip: its order of zero_grad / backward / step, the
     ratio's direction, the loss's sign, the surrogate, the number of updates."""
 
-    def grpo_update(policy, ref_policy, optimizer, rollout, num_iterations=1, beta=0.04,
-                    epsilon=0.2):  # fmt: skip
+    def grpo_update(
+        policy, ref_policy, optimizer, rollout, num_iterations=1, beta=0.04, epsilon=0.2
+    ):
         with torch.no_grad():
             old_logps = policy.logps(rollout.prompts, rollout.completions)
             ref_logps = ref_policy.logps(rollout.prompts, rollout.completions)
@@ -605,13 +657,16 @@ def _slipped_update(slip: str):
     return grpo_update
 
 
-@pytest.mark.parametrize("slip, hint", [
-    ("backward, zero_grad, step", "the policy never moved"),
-    ("old / new", "exp(old_logps - logps) is its inverse"),
-    ("sign", "the loss is -L_clip + beta * KL"),
-    ("clamp", "clipped * A alone drops the unclipped term"),
-    ("range(1, n)", "num_iterations updates, one ratio each"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "slip, hint",
+    [
+        ("backward, zero_grad, step", "the policy never moved"),
+        ("old / new", "exp(old_logps - logps) is its inverse"),
+        ("sign", "the loss is -L_clip + beta * KL"),
+        ("clamp", "clipped * A alone drops the unclipped term"),
+        ("range(1, n)", "num_iterations updates, one ratio each"),
+    ],
+)
 @pytest.mark.parametrize("seed", [None, 12_345])
 def test_grpo_update_slips_are_told_their_own_hint(slip, hint, seed):
     """Each of these once got the hint about recomputing pi_old (the first case they fail)."""

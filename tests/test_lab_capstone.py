@@ -31,8 +31,9 @@ def test_the_graded_model_is_a_fresh_one_with_the_learners_weights():
     model.__class__ = Cheat
     fresh, tokenizer = capstone.shipped_model_with_weights_of(model)
     assert type(fresh) is not Cheat and type(fresh).generate is not Cheat.generate
-    for (name, ours), theirs in zip(fresh.state_dict().items(), model.state_dict().values(),
-                                    strict=True):  # fmt: skip
+    for (name, ours), theirs in zip(
+        fresh.state_dict().items(), model.state_dict().values(), strict=True
+    ):
         assert torch.equal(ours, theirs), name
     assert fresh is not model
 

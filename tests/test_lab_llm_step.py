@@ -131,8 +131,16 @@ def test_mask_hidden_kinds_each_catch_their_mistake():
 # --- exercise 2: completion_logps --------------------------------------------------------------
 
 
-def make_logps(shift=1, attention=True, log_softmax=True, dim=-1, use_temperature=True, grad=True,
-               entropy_temperature=True, interleave=True):  # fmt: skip
+def make_logps(
+    shift=1,
+    attention=True,
+    log_softmax=True,
+    dim=-1,
+    use_temperature=True,
+    grad=True,
+    entropy_temperature=True,
+    interleave=True,
+):
     """completion_logps with one switch per mistake; the defaults are the reference."""
 
     def completion_logps(model, rollout, temperature=1.0, with_entropy=False, share_prompts=True):
@@ -174,8 +182,7 @@ def logps_only(model, rollout, temperature=1.0, with_entropy=False, share_prompt
     return reference_logps(model, rollout, temperature)[0]
 
 
-def summed_per_completion(model, rollout, temperature=1.0, with_entropy=False,
-                          share_prompts=True):  # fmt: skip
+def summed_per_completion(model, rollout, temperature=1.0, with_entropy=False, share_prompts=True):
     """A sequence's log-prob, as some write-ups compute it: [N], the tokens summed."""
     logps, entropy = reference_logps(model, rollout, temperature, with_entropy, share_prompts)
     return (logps * rollout.completion_mask).sum(dim=1), entropy
@@ -283,9 +290,12 @@ def make_step(
         cfg, G = self.cfg, self.cfg.num_generations
         rollout = self.sample(rows)
         rewards, _ = score_completions(
-            self.reward_funcs, self.reward_weights, [r["prompt"] for r in rollout.rows],
-            rollout.completions, rollout.rows,
-        )  # fmt: skip
+            self.reward_funcs,
+            self.reward_weights,
+            [r["prompt"] for r in rollout.rows],
+            rollout.completions,
+            rollout.rows,
+        )
         scale = cfg.scale_rewards if scale_rewards else "group"
         advantages = sign * group_advantages(torch.tensor(rewards), G, scale)
         if resample:  # the seed-001 mistake: new completions for the loss
@@ -303,12 +313,18 @@ def make_step(
         elif mask == "no_eos":
             completion_mask = completion_mask * (rollout.completion_ids != 1)
         loss, metrics = grpo_loss(
-            logps, None if detach_old else logps, ref_logps, advantages, completion_mask,
-            beta=cfg.beta if use_reference else 0.0, epsilon=cfg.epsilon,
-            epsilon_high=cfg.epsilon_high, loss_type=loss_type or cfg.loss_type,
+            logps,
+            None if detach_old else logps,
+            ref_logps,
+            advantages,
+            completion_mask,
+            beta=cfg.beta if use_reference else 0.0,
+            epsilon=cfg.epsilon,
+            epsilon_high=cfg.epsilon_high,
+            loss_type=loss_type or cfg.loss_type,
             max_completion_length=cfg.max_completion_length,
             use_bias_correction_kl=cfg.use_bias_correction_kl and bias_correction,
-        )  # fmt: skip
+        )
         if zero_grad:
             self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -513,7 +529,9 @@ def test_hidden_twins_are_fresh_values_of_the_public_kinds(twins):
     assert [kind(c) for c in public] == [kind(c) for c in hidden]
 
     def tensors(case):
-        arg = case.args[1] if isinstance(case.args[1], completions.CompletionGroups) else case.args[0]
+        arg = (
+            case.args[1] if isinstance(case.args[1], completions.CompletionGroups) else case.args[0]
+        )
         return arg.completion_ids if isinstance(arg, completions.CompletionGroups) else arg
 
     assert any(
@@ -605,10 +623,14 @@ def mask_down_the_batch(completion_ids, eos_ids):
     return ((is_eos.cumsum(dim=0) - is_eos) == 0).long()
 
 
-@pytest.mark.parametrize("fn, hint", [
-    (mask_count_at_most_one, "a count <= 1 also keeps what follows the first EOS"),
-    (mask_down_the_batch, "not down the batch (dim=0)"),
-], ids=["count<=1", "dim=0"])  # fmt: skip
+@pytest.mark.parametrize(
+    "fn, hint",
+    [
+        (mask_count_at_most_one, "a count <= 1 also keeps what follows the first EOS"),
+        (mask_down_the_batch, "not down the batch (dim=0)"),
+    ],
+    ids=["count<=1", "dim=0"],
+)
 @pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
 def test_mask_slips_are_told_their_own_hint(fn, hint, seed):
     """Both once got the hint that the EOS itself is kept, which they did."""

@@ -633,8 +633,9 @@ def clip_higher_by_default(ratio, advantages, epsilon, epsilon_high=0.28):
     return torch.min(ratio * advantages, clipped * advantages)
 
 
-def aggregate_item(per_token_loss, mask, loss_type="grpo", max_completion_length=None,
-                   num_items_in_batch=None):  # fmt: skip
+def aggregate_item(
+    per_token_loss, mask, loss_type="grpo", max_completion_length=None, num_items_in_batch=None
+):
     mask = mask.to(per_token_loss.dtype)
     if loss_type == "grpo":
         loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
@@ -651,13 +652,15 @@ def aggregate_item(per_token_loss, mask, loss_type="grpo", max_completion_length
     return loss.item()  # a number to log: the gradient is gone
 
 
-def aggregate_over_the_width(per_token_loss, mask, loss_type="grpo", max_completion_length=None,
-                             num_items_in_batch=None):  # fmt: skip
+def aggregate_over_the_width(
+    per_token_loss, mask, loss_type="grpo", max_completion_length=None, num_items_in_batch=None
+):
     """grpo right only when every sequence fills the width: the padding counted in the mean."""
     if loss_type == "grpo":
         return (per_token_loss * mask).mean(-1).mean()
-    return package.aggregate_loss(per_token_loss, mask, loss_type, max_completion_length,
-                                  num_items_in_batch)  # fmt: skip
+    return package.aggregate_loss(
+        per_token_loss, mask, loss_type, max_completion_length, num_items_in_batch
+    )
 
 
 NAMED_MISTAKES = [
@@ -671,7 +674,9 @@ NAMED_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("check, fn, hint", NAMED_MISTAKES, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize(
+    "check, fn, hint", NAMED_MISTAKES, ids=lambda v: getattr(v, "__name__", "")
+)
 @pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
 def test_a_mistake_is_told_the_hint_that_names_it(check, fn, hint, seed):
     assert_told(check, fn, hint, seed)
@@ -681,5 +686,9 @@ def test_a_loss_type_twin_tells_its_rule_not_only_the_empty_sequence():
     """The padding counted in grpo's mean: the public case works the example, the graded twin
     names grpo's rule (it once said only that the first sequence was empty)."""
     assert_told(checks.check_aggregate_loss, aggregate_over_the_width, "never count")
-    assert_told(checks.check_aggregate_loss, aggregate_over_the_width,
-                "each sequence's mean over its own tokens", GRADER_SEEDS[0])  # fmt: skip
+    assert_told(
+        checks.check_aggregate_loss,
+        aggregate_over_the_width,
+        "each sequence's mean over its own tokens",
+        GRADER_SEEDS[0],
+    )

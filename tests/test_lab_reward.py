@@ -516,9 +516,10 @@ def reward_greedy_boxes(completions, answer, **kwargs):
 def reward_refuses_the_length_cap(completions, answer, **kwargs):
     """The length cap off by one: a text of exactly MAX_COMPLETION_CHARS scores 0 (>= for >)."""
     return reference_reward(
-        completions, answer,
+        completions,
+        answer,
         final=lambda t: None if t is not None and len(t) >= MAX_CHARS else _final_answer(t),
-    )  # fmt: skip
+    )
 
 
 def reward_phrase_past_the_sentence(completions, answer, **kwargs):
@@ -772,8 +773,9 @@ def parse_sign_read_not_applied(text):
 @pytest.mark.parametrize("seed", [None, GRADER_SEEDS[0]])
 def test_a_dropped_sign_is_told_so(seed):
     """Its first failing case once told it only that "a leading '-' is allowed"."""
-    assert_told(checks.check_parse_number, parse_sign_read_not_applied, "read but not applied",
-                seed)  # fmt: skip
+    assert_told(
+        checks.check_parse_number, parse_sign_read_not_applied, "read but not applied", seed
+    )
 
 
 def parse_no_leading_zero(text):
@@ -808,20 +810,34 @@ class _PatchedKernel(checks.InKernel):
 @pytest.mark.parametrize(
     ("cells", "what"),
     [
-        (["import functools\nread = functools.partial(eval)\ndef f(x):\n    return read(x)"],
-         "eval"),
-        (["import functools\n(read := functools.partial(eval))\ndef f(x):\n    return read(x)"],
-         "eval"),
+        (
+            ["import functools\nread = functools.partial(eval)\ndef f(x):\n    return read(x)"],
+            "eval",
+        ),
+        (
+            ["import functools\n(read := functools.partial(eval))\ndef f(x):\n    return read(x)"],
+            "eval",
+        ),
         (["def f(x):\n    from ast import literal_eval as le\n    return le(x)"], "literal_eval"),
         (["import builtins\ndef f(x):\n    return getattr(builtins, 'exec')(x)"], "'exec'"),
         (["%timeit 1\n", "import sympy\nf = lambda x: sympy.sympify(x)"], "sympify"),
-        (["%%capture\nimport functools\nread = functools.partial(eval)",
-          "def f(x):\n    return read(x)"], "eval"),
-        (["import builtins\nglobals().update(read=builtins.eval)", "def f(x):\n    return read(x)"],
-         "eval"),
+        (
+            [
+                "%%capture\nimport functools\nread = functools.partial(eval)",
+                "def f(x):\n    return read(x)",
+            ],
+            "eval",
+        ),
+        (
+            [
+                "import builtins\nglobals().update(read=builtins.eval)",
+                "def f(x):\n    return read(x)",
+            ],
+            "eval",
+        ),
         (["def f(x):\n    return int(x)", "f.__code__ = (lambda x: eval(x)).__code__"], "eval"),
     ],
-)  # fmt: skip
+)
 def test_judged_apart_the_ban_reads_the_notebooks_source_not_the_kernels_answer(cells, what):
     with pytest.raises(CheckFailed, match="no evaluator on model output") as failed:
         checks.check_no_evaluator(_PatchedKernel(cells), "f")

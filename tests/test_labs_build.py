@@ -86,8 +86,19 @@ def test_grader_full_marks_for_solutions_zero_for_stubs(built, tmp_path):
         )
         shutil.copy(out / "student" / f"{name}.ipynb", submissions / f"{name}-stub.ipynb")
     grades = tmp_path / "grades.csv"
-    code = cli.main(["lab", "grade", str(submissions), "--out", str(grades),
-                     "--grader", str(out / "grader"), "--jobs", "2"])  # fmt: skip
+    code = cli.main(
+        [
+            "lab",
+            "grade",
+            str(submissions),
+            "--out",
+            str(grades),
+            "--grader",
+            str(out / "grader"),
+            "--jobs",
+            "2",
+        ]
+    )
     assert code == 0
     rows = {row["notebook"]: row for row in csv.DictReader(grades.open())}
     assert len(rows) == 2 * len(names)
@@ -165,8 +176,9 @@ def test_a_rebuild_never_overwrites_a_learners_notebook(built, tmp_path):
     assert json.loads(filled.read_text())["cells"][3]["source"] == "# my work"
 
 
-def test_lab_check_passes_package_functions_and_shows_the_learners_errors(tmp_path, capfd,
-                                                                          monkeypatch):
+def test_lab_check_passes_package_functions_and_shows_the_learners_errors(
+    tmp_path, capfd, monkeypatch
+):
     student = ROOT / STUDENT_DIR / "01_advantages.ipynb"
     good = filled_lab(student, PACKAGE_ANSWERS_01, tmp_path / "01_advantages.ipynb")
     assert cli.main(["lab", "check", str(good)]) == 0
@@ -194,8 +206,10 @@ def test_lab_check_passes_package_functions_and_shows_the_learners_errors(tmp_pa
     assert "line 3 of your code" in out and "keepdim=Tru" in out  # ...and the line that raised it
     assert "case:" in out and "expected:" in out and "got:" in out
     assert "ERROR cell" in out and "SyntaxError" in out  # the parse error, said as such
-    assert "not run by grading: `rloo_advantages` or what it uses changes the attribute " \
-        "`seen_by_grading` of something not its own (line 3)" in out  # as grading will say
+    assert (
+        "not run by grading: `rloo_advantages` or what it uses changes the attribute "
+        "`seen_by_grading` of something not its own (line 3)" in out
+    )  # as grading will say
     assert "WARNING" not in out + err
 
 

@@ -75,8 +75,10 @@ def test_tiny_tokenizer_loads_as_it_was_saved(tiny, tmp_path):
     with ``<unk>`` for characters outside the vocabulary, and a saved checkpoint keeps it."""
     model, tokenizer = tiny
     assert tokenizer("1 2")["input_ids"] == tokenizer.convert_tokens_to_ids(["1", " ", "2"])
-    assert tokenizer("1a")["input_ids"] == [tokenizer.convert_tokens_to_ids("1"),
-                                            tokenizer.unk_token_id]  # fmt: skip
+    assert tokenizer("1a")["input_ids"] == [
+        tokenizer.convert_tokens_to_ids("1"),
+        tokenizer.unk_token_id,
+    ]
     save_checkpoint(model, tokenizer, tmp_path)
     _, reloaded = load_model(str(tmp_path), torch.device("cpu"))
     for text in ("1 2", "12 + 3 =", "1a", "67 68 69"):
@@ -119,8 +121,9 @@ def test_sampling_is_one_generate_call_with_groups_in_consecutive_blocks(tiny, m
 
     monkeypatch.setattr(model, "generate", counting_generate)
     torch.manual_seed(0)
-    rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
-                                 num_generations=4, max_new_tokens=5)  # fmt: skip
+    rollout = sample_completions(
+        model, tokenizer, ROWS, [r["prompt"] for r in ROWS], num_generations=4, max_new_tokens=5
+    )
     assert len(calls) == 1 and calls[0][0] == 12  # 3 prompts x 4, one call
     assert rollout.prompts == [r["prompt"] for r in ROWS for _ in range(4)]
     assert [r["answer"] for r in rollout.rows] == [r["answer"] for r in ROWS for _ in range(4)]
@@ -141,8 +144,9 @@ def test_sampling_is_one_generate_call_with_groups_in_consecutive_blocks(tiny, m
 def test_generation_stops_at_max_length_without_eos(tiny):
     model, tokenizer = tiny
     torch.manual_seed(0)
-    rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
-                                 num_generations=2, max_new_tokens=1)  # fmt: skip
+    rollout = sample_completions(
+        model, tokenizer, ROWS, [r["prompt"] for r in ROWS], num_generations=2, max_new_tokens=1
+    )
     assert rollout.completion_ids.shape[1] == 1 and rollout.completion_mask.all()
 
 
@@ -151,8 +155,16 @@ def test_sampling_is_seeded(tiny):
     outs = []
     for _ in range(2):
         torch.manual_seed(3)
-        outs.append(sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
-                                       num_generations=4, max_new_tokens=5).completions)  # fmt: skip
+        outs.append(
+            sample_completions(
+                model,
+                tokenizer,
+                ROWS,
+                [r["prompt"] for r in ROWS],
+                num_generations=4,
+                max_new_tokens=5,
+            ).completions
+        )
     assert outs[0] == outs[1]
 
 
@@ -188,16 +200,29 @@ def test_completion_logps_match_unpadded_per_row_runs(tiny64, temperature):
     """Prompts of unequal length (left padding 0-2 tokens) and completions of unequal length."""
     model, tokenizer = tiny64
     torch.manual_seed(0)
-    rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
-                                 num_generations=2, max_new_tokens=5, temperature=temperature)  # fmt: skip
+    rollout = sample_completions(
+        model,
+        tokenizer,
+        ROWS,
+        [r["prompt"] for r in ROWS],
+        num_generations=2,
+        max_new_tokens=5,
+        temperature=temperature,
+    )
     assert rollout.prompt_mask.sum(1).unique().numel() > 1  # the padding really differs
     with torch.no_grad():
         logps, entropy = completion_logps(model, rollout, temperature, with_entropy=True)
         unshared, _ = completion_logps(model, rollout, temperature, share_prompts=False)
         expected = unpadded_logps(model, rollout, temperature)
-        out = model.generate(input_ids=rollout.prompt_ids, attention_mask=rollout.prompt_mask,
-                             do_sample=False, max_new_tokens=1, output_logits=True,
-                             return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        out = model.generate(
+            input_ids=rollout.prompt_ids,
+            attention_mask=rollout.prompt_mask,
+            do_sample=False,
+            max_new_tokens=1,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=tokenizer.pad_token_id,
+        )
     assert logps.dtype == torch.float64
     for i, row in enumerate(expected):
         n = len(row)
@@ -223,8 +248,9 @@ def test_shared_prompt_pass_gives_the_same_gradient(tiny64):
     """Encoding each prompt once and copying its cache G times is exact, gradients included."""
     model, tokenizer = tiny64
     torch.manual_seed(0)
-    rollout = sample_completions(model, tokenizer, ROWS, [r["prompt"] for r in ROWS],
-                                 num_generations=4, max_new_tokens=5)  # fmt: skip
+    rollout = sample_completions(
+        model, tokenizer, ROWS, [r["prompt"] for r in ROWS], num_generations=4, max_new_tokens=5
+    )
     grads = []
     for share in (True, False):
         logps, _ = completion_logps(model, rollout, share_prompts=share)
@@ -238,10 +264,18 @@ def test_a_group_is_g_copies_of_its_prompt(tiny):
     """Greedy completions of G copies in one group equal those of each copy on its own."""
     model, tokenizer = tiny
     prompts = ["5+61=", "99+99=", "7"]  # left padding of 0-2 tokens
-    grouped = sample_completions(model, tokenizer, [{}] * 3, prompts, num_generations=2,
-                                 max_new_tokens=5, do_sample=False)  # fmt: skip
-    one_each = sample_completions(model, tokenizer, [{}] * 6, [p for p in prompts for _ in "ab"],
-                                  num_generations=1, max_new_tokens=5, do_sample=False)  # fmt: skip
+    grouped = sample_completions(
+        model, tokenizer, [{}] * 3, prompts, num_generations=2, max_new_tokens=5, do_sample=False
+    )
+    one_each = sample_completions(
+        model,
+        tokenizer,
+        [{}] * 6,
+        [p for p in prompts for _ in "ab"],
+        num_generations=1,
+        max_new_tokens=5,
+        do_sample=False,
+    )
     assert grouped.completions == one_each.completions
 
 
@@ -253,8 +287,9 @@ def test_sampling_ignores_the_models_own_generation_config(tiny):
 
     def sample():
         torch.manual_seed(0)
-        return sample_completions(model, tokenizer, rows, prompts, num_generations=16,
-                                  max_new_tokens=5, temperature=1.0)  # fmt: skip
+        return sample_completions(
+            model, tokenizer, rows, prompts, num_generations=16, max_new_tokens=5, temperature=1.0
+        )
 
     clean = sample()
     own = model.generation_config
@@ -278,8 +313,9 @@ def test_score_completions_weights_and_none_rule():
     def some_none(completions, **kw):
         return [None, 0.5, None, 2.0]
 
-    rewards, means = score_completions([always_one, some_none], [1.0, 0.5], ["p"] * 4,
-                                       ["a", "b", "c", "d"], [{"prompt": "p"}] * 4)  # fmt: skip
+    rewards, means = score_completions(
+        [always_one, some_none], [1.0, 0.5], ["p"] * 4, ["a", "b", "c", "d"], [{"prompt": "p"}] * 4
+    )
     assert rewards == [1.0, 1.25, 1.0, 2.0]  # None counts as nothing (TRL's nansum)
     assert means == {"always_one": 1.0, "some_none": 1.25}
     rewards, _ = score_completions(
@@ -345,8 +381,14 @@ def test_empty_dataset_is_a_clear_error(tiny):
     with pytest.raises(ValueError, match="evaluation dataset is empty"):
         train_math(small_cfg(), model, tokenizer, train_rows=ROWS, eval_rows=[], progress=False)
     with pytest.raises(ValueError, match="row 1 needs a string 'prompt'"):
-        train_math(small_cfg(), model, tokenizer, train_rows=[ROWS[0], {"question": "1+1"}],
-                   eval_rows=ROWS, progress=False)  # fmt: skip
+        train_math(
+            small_cfg(),
+            model,
+            tokenizer,
+            train_rows=[ROWS[0], {"question": "1+1"}],
+            eval_rows=ROWS,
+            progress=False,
+        )
 
 
 def test_prompt_longer_than_the_context_is_a_clear_error(tiny):
@@ -356,8 +398,14 @@ def test_prompt_longer_than_the_context_is_a_clear_error(tiny):
     with pytest.raises(ValueError, match=r"prompt 1 is \d+ tokens long.*context of 32 tokens"):
         check_prompt_lengths(["1+1=", long_prompt], tokenizer, model, 5)
     with pytest.raises(ValueError, match="prompt 0 is"):
-        train_math(small_cfg(), model, tokenizer, train_rows=[{"prompt": long_prompt, "answer": "1"}],
-                   eval_rows=ROWS, progress=False)  # fmt: skip
+        train_math(
+            small_cfg(),
+            model,
+            tokenizer,
+            train_rows=[{"prompt": long_prompt, "answer": "1"}],
+            eval_rows=ROWS,
+            progress=False,
+        )
     check_prompt_lengths(["1+1="], tokenizer, model, context - 4)  # exactly fits
 
 
@@ -369,8 +417,14 @@ def test_evaluation_checks_prompt_length_and_answers(tiny):
     with pytest.raises(ValueError, match="evaluation row 1 needs an 'answer' field"):
         evaluate_accuracy(model, tokenizer, [ROWS[0], {"prompt": "1+1="}], small_cfg())
     with pytest.raises(ValueError, match="training row 0 needs an 'answer' field"):
-        train_math(small_cfg(), model, tokenizer, train_rows=[{"prompt": "1+1="}],
-                   eval_rows=ROWS, progress=False)  # fmt: skip
+        train_math(
+            small_cfg(),
+            model,
+            tokenizer,
+            train_rows=[{"prompt": "1+1="}],
+            eval_rows=ROWS,
+            progress=False,
+        )
 
 
 def test_a_step_refuses_prompts_that_do_not_split_into_micro_batches():
@@ -389,9 +443,12 @@ def test_a_dataset_smaller_than_a_step_still_fills_the_step():
             return record, rollout
 
     _, history = train_math(
-        small_cfg(prompts_per_step=4, eval_n=3), train_rows=ROWS[:1], eval_rows=EVAL_ROWS,
-        progress=False, trainer_cls=CountingTrainer,
-    )  # fmt: skip
+        small_cfg(prompts_per_step=4, eval_n=3),
+        train_rows=ROWS[:1],
+        eval_rows=EVAL_ROWS,
+        progress=False,
+        trainer_cls=CountingTrainer,
+    )
     steps = history[1:]
     assert [r["step"] for r in steps] == [1, 2]
     # 4 prompts x 4 generations were sampled although the dataset holds one row
@@ -426,8 +483,19 @@ def test_one_step_reports_finite_metrics_and_changes_the_policy():
     trainer = fresh_trainer(learning_rate=1e-3, beta=0.0)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     record, rollout = trainer.step(ROWS[:2])
-    for key in ("reward_mean", "reward_std", "frac_zero_std", "kl", "clip_fraction", "entropy",
-                "loss", "grad_norm", "completion_length", "step_s", "completions_per_s"):  # fmt: skip
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "frac_zero_std",
+        "kl",
+        "clip_fraction",
+        "entropy",
+        "loss",
+        "grad_norm",
+        "completion_length",
+        "step_s",
+        "completions_per_s",
+    ):
         assert math.isfinite(record[key]), key
     assert (
         len(rollout.completions) == 8 and record["reward/accuracy_reward"] == record["reward_mean"]
@@ -495,8 +563,13 @@ def test_gradient_accumulation_gives_the_same_update(loss_type):
     rollout = base.sample(ROWS[:2])
     results = []
     for accumulation in (1, 2):  # 2 prompts: one group per micro-batch
-        trainer = fresh_trainer([position_reward], float64=True, loss_type=loss_type,
-                                learning_rate=1e-3, gradient_accumulation_steps=accumulation)  # fmt: skip
+        trainer = fresh_trainer(
+            [position_reward],
+            float64=True,
+            loss_type=loss_type,
+            learning_rate=1e-3,
+            gradient_accumulation_steps=accumulation,
+        )
         trainer.sample = FixedRollout(rollout)
         record, _ = trainer.step(ROWS[:2])
         # .grad still holds the (accumulated, clipped) gradient the optimizer used
@@ -520,14 +593,17 @@ def test_step_loss_is_grpo_loss_of_the_batch():
     with torch.no_grad():
         logps, _ = completion_logps(trainer.model, rollout)
         ref_logps, _ = completion_logps(trainer.reference, rollout)
-    rewards, _ = score_completions([position_reward], [1.0], rollout.prompts,
-                                   rollout.completions, rollout.rows)  # fmt: skip
+    rewards, _ = score_completions(
+        [position_reward], [1.0], rollout.prompts, rollout.completions, rollout.rows
+    )
     mask = rollout.completion_mask
     advantages = group_advantages(torch.tensor(rewards), 4)
-    expected, metrics = grpo_loss(logps, None, ref_logps, advantages, mask, beta=0.5,
-                                  epsilon=0.2, loss_type="grpo")  # fmt: skip
-    without_kl, _ = grpo_loss(logps, None, None, advantages, mask,
-                              beta=0.0, epsilon=0.2, loss_type="grpo")  # fmt: skip
+    expected, metrics = grpo_loss(
+        logps, None, ref_logps, advantages, mask, beta=0.5, epsilon=0.2, loss_type="grpo"
+    )
+    without_kl, _ = grpo_loss(
+        logps, None, None, advantages, mask, beta=0.0, epsilon=0.2, loss_type="grpo"
+    )
     # float32 sums over the batch's tokens, in possibly another order: their worst-case rounding
     terms = int(mask.sum()) * trainer.model.config.hidden_size
     tolerance = terms * FLOAT32_ULP * (abs(expected.item()) + 1)
@@ -595,8 +671,9 @@ def test_first_step_kl_is_exactly_zero_on_a_gpu(dtype):
     """The branch that held the bug: on CUDA the reference was cast to the compute dtype."""
     torch.manual_seed(0)
     model, tokenizer = load_model("tiny", torch.device("cuda"))
-    trainer = LMGRPOTrainer(small_cfg(device="cuda", dtype=dtype, beta=0.1), model, tokenizer,
-                            [position_reward])  # fmt: skip
+    trainer = LMGRPOTrainer(
+        small_cfg(device="cuda", dtype=dtype, beta=0.1), model, tokenizer, [position_reward]
+    )
     assert {p.dtype for p in trainer.reference.parameters()} == {torch.float32}
     assert trainer.step(ROWS[:2])[0]["kl"] == 0.0
 
@@ -618,8 +695,9 @@ def test_reward_functions_get_the_dataset_prompts_not_the_chat_text(tiny):
         seen.extend(prompts)
         return position_reward(completions)
 
-    trainer = LMGRPOTrainer(small_cfg(prompt_template="boxed", max_completion_length=2), model,
-                            chat, [spy])  # fmt: skip
+    trainer = LMGRPOTrainer(
+        small_cfg(prompt_template="boxed", max_completion_length=2), model, chat, [spy]
+    )
     rows = [{"prompt": "1+1", "answer": "2"}, {"prompt": "2+3", "answer": "5"}]
     _, rollout = trainer.step(rows)
     assert seen == ["1+1"] * 4 + ["2+3"] * 4
@@ -639,10 +717,15 @@ def test_held_out_rows_that_are_training_rows_are_refused(tmp_path):
     train, held_out = load_train_eval_rows("arithmetic", "test", 500)
     assert count_overlap(train, held_out) == 0 and len(held_out) == 500
     with pytest.raises(ValueError, match="2 of 3 evaluation prompts are also training prompts"):
-        train_math(small_cfg(), train_rows=ROWS, eval_rows=[ROWS[0], ROWS[2], EVAL_ROWS[0]],
-                   progress=False)  # fmt: skip
-    _, history = train_math(small_cfg(max_steps=1, allow_eval_overlap=True), train_rows=ROWS,
-                            eval_rows=ROWS, progress=False)  # fmt: skip
+        train_math(
+            small_cfg(), train_rows=ROWS, eval_rows=[ROWS[0], ROWS[2], EVAL_ROWS[0]], progress=False
+        )
+    _, history = train_math(
+        small_cfg(max_steps=1, allow_eval_overlap=True),
+        train_rows=ROWS,
+        eval_rows=ROWS,
+        progress=False,
+    )
     assert history[0]["eval_overlap"] == 3
 
 
@@ -658,8 +741,25 @@ def test_evaluate_math_says_when_the_overlap_was_not_checked(capsys):
     """A model that is not a checkpoint of ours: what it was trained on is unknown (null). (The
     stand-in, not the tiny model: a GSM8K question does not fit the tiny one's 32 tokens.)"""
     standin = str(TINY_MODEL.parent / "standin_lm")
-    assert cli_main(["evaluate", "math", "--model", standin, "--dataset", "gsm8k_sample",
-                     "--eval-split", "train", "--n", "2", "--device", "cpu"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "evaluate",
+                "math",
+                "--model",
+                standin,
+                "--dataset",
+                "gsm8k_sample",
+                "--eval-split",
+                "train",
+                "--n",
+                "2",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["eval_overlap"] is None
 
 
@@ -735,8 +835,14 @@ def test_checkpoints_are_written_atomically(tiny, tmp_path, monkeypatch):
 def test_train_math_logs_every_step_and_evaluates(tmp_path):
     cfg = small_cfg(max_steps=3, eval_every=2, save_every=2)
     seen = []
-    trainer, history = train_math(cfg, train_rows=ROWS, eval_rows=EVAL_ROWS, out_dir=tmp_path,
-                                  progress=False, on_step=lambda record, _: seen.append(record))  # fmt: skip
+    trainer, history = train_math(
+        cfg,
+        train_rows=ROWS,
+        eval_rows=EVAL_ROWS,
+        out_dir=tmp_path,
+        progress=False,
+        on_step=lambda record, _: seen.append(record),
+    )
     assert [r["step"] for r in history] == [0, 1, 2, 3] and seen == history
     assert [r["step"] for r in history if "eval_accuracy" in r] == [0, 2, 3]
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
@@ -754,8 +860,25 @@ def test_time_budget_stops_training():
 
 def test_cli_math_then_evaluate(tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli_main(["math", "--out", str(out), "--max-steps", "2", "--eval-n", "20",
-                     "--prompts-per-step", "2", "--no-progress", "--device", "cpu"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "math",
+                "--out",
+                str(out),
+                "--max-steps",
+                "2",
+                "--eval-n",
+                "20",
+                "--prompts-per-step",
+                "2",
+                "--no-progress",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 2 and summary["eval_n"] == 20
     assert (out / "learning_curve.png").is_file() and (out / "model.safetensors").is_file()

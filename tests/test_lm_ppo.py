@@ -101,9 +101,21 @@ def test_the_eos_mask_decides_where_the_episode_ends():
     advantages = whiten(advantages, mask)
 
     def loss_of(logps, new_values):
-        return ppo_lm_loss(logps, old, advantages, new_values, values, targets, mask,
-                           epsilon=0.2, epsilon_high=None, value_clip=0.2, value_coef=0.5,
-                           loss_type="dapo", max_completion_length=5)[0]  # fmt: skip
+        return ppo_lm_loss(
+            logps,
+            old,
+            advantages,
+            new_values,
+            values,
+            targets,
+            mask,
+            epsilon=0.2,
+            epsilon_high=None,
+            value_clip=0.2,
+            value_coef=0.5,
+            loss_type="dapo",
+            max_completion_length=5,
+        )[0]
 
     logps = (old + 0.05).requires_grad_(True)
     new_values = (values + 0.1).requires_grad_(True)
@@ -123,9 +135,21 @@ def test_value_clipping_by_hand():
     one = torch.ones(1, 1, dtype=F64)
     for clip, want_loss, want_grad in ((0.2, 0.32, 0.0), (0.0, 0.125, -0.5)):
         values = (0.5 * one).requires_grad_(True)
-        loss, metrics = ppo_lm_loss(0 * one, 0 * one, 0 * one, values, 0 * one, one, one,
-                                    epsilon=0.2, epsilon_high=None, value_clip=clip,
-                                    value_coef=1.0, loss_type="dapo", max_completion_length=1)  # fmt: skip
+        loss, metrics = ppo_lm_loss(
+            0 * one,
+            0 * one,
+            0 * one,
+            values,
+            0 * one,
+            one,
+            one,
+            epsilon=0.2,
+            epsilon_high=None,
+            value_clip=clip,
+            value_coef=1.0,
+            loss_type="dapo",
+            max_completion_length=1,
+        )
         loss.backward()
         assert metrics["value_loss"] == pytest.approx(want_loss, abs=1e-12)
         assert values.grad.item() == pytest.approx(want_grad, abs=1e-12)
@@ -138,8 +162,10 @@ def test_whitening_over_the_kept_tokens():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
     torch.testing.assert_close(
         whiten(values, mask, eps=0.0),
-        torch.tensor([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], dtype=F64), rtol=0, atol=1e-12
-    )  # fmt: skip
+        torch.tensor([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], dtype=F64),
+        rtol=0,
+        atol=1e-12,
+    )
     generator = torch.Generator().manual_seed(3)
     values = torch.randn(4, 6, generator=generator, dtype=F64) * 5 + 3
     mask = (torch.rand(4, 6, generator=generator) > 0.3).long()
@@ -169,13 +195,28 @@ def test_the_critic_is_its_own_model(tiny_trainer):
         logps, _ = completion_logps(trainer.model, rollout)
         values = completion_values(trainer.critic, rollout)
         advantages = torch.zeros_like(logps) if part == "value" else torch.ones_like(logps)
-        loss, _ = ppo_lm_loss(logps, logps.detach() - 0.01, advantages, values, values.detach(),
-                              values.detach() + 1.0, mask, epsilon=0.2, epsilon_high=None,
-                              value_clip=0.0, value_coef=1.0 if part == "value" else 0.0,
-                              loss_type="dapo", max_completion_length=5)  # fmt: skip
+        loss, _ = ppo_lm_loss(
+            logps,
+            logps.detach() - 0.01,
+            advantages,
+            values,
+            values.detach(),
+            values.detach() + 1.0,
+            mask,
+            epsilon=0.2,
+            epsilon_high=None,
+            value_clip=0.0,
+            value_coef=1.0 if part == "value" else 0.0,
+            loss_type="dapo",
+            max_completion_length=5,
+        )
         loss.backward()
-        policy = [p.grad.abs().sum().item() for p in trainer.model.parameters() if p.grad is not None]
-        critic = [p.grad.abs().sum().item() for p in trainer.critic.parameters() if p.grad is not None]
+        policy = [
+            p.grad.abs().sum().item() for p in trainer.model.parameters() if p.grad is not None
+        ]
+        critic = [
+            p.grad.abs().sum().item() for p in trainer.critic.parameters() if p.grad is not None
+        ]
         if part == "value":
             assert sum(policy) == 0 and sum(critic) > 0, (sum(policy), sum(critic))
         else:
@@ -187,13 +228,19 @@ def test_the_critic_is_its_own_model(tiny_trainer):
 
 def test_a_step_moves_policy_and_critic_and_logs_the_split(tiny_trainer):
     trainer = tiny_trainer
-    before = [p.detach().clone() for p in (*trainer.model.parameters(), *trainer.critic.parameters())]
+    before = [
+        p.detach().clone() for p in (*trainer.model.parameters(), *trainer.critic.parameters())
+    ]
     rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in (11, 22, 33, 44)]
     record, rollout = trainer.step(rows)
     after = [p.detach() for p in (*trainer.model.parameters(), *trainer.critic.parameters())]
     n_policy = len(list(trainer.model.parameters()))
-    assert any(not torch.equal(a, b) for a, b in zip(before[:n_policy], after[:n_policy], strict=True))
-    assert any(not torch.equal(a, b) for a, b in zip(before[n_policy:], after[n_policy:], strict=True))
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before[:n_policy], after[:n_policy], strict=True)
+    )
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before[n_policy:], after[n_policy:], strict=True)
+    )
     assert len(rollout.completions) == 4 and rollout.num_generations == 1
     for key in ("sample_s", "critic_s", "update_s", "value_loss", "explained_variance", "kl"):
         assert key in record and record[key] == record[key], key  # present, not NaN
@@ -202,7 +249,10 @@ def test_a_step_moves_policy_and_critic_and_logs_the_split(tiny_trainer):
 def test_config_rules():
     tiny = LMPPOConfig.for_device("cpu")
     grpo = MathConfig.for_device("cpu")
-    assert (tiny.num_generations, tiny.prompts_per_step) == (1, grpo.prompts_per_step * grpo.num_generations)
+    assert (tiny.num_generations, tiny.prompts_per_step) == (
+        1,
+        grpo.prompts_per_step * grpo.num_generations,
+    )
     assert tiny.to_dict()["algo"] == "ppo"
     assert LMPPOConfig.for_device("cpu", model="smollm2-135m").prompts_per_step == 16  # 2 x 8
     with pytest.raises(ValueError, match="num_generations"):
@@ -217,8 +267,22 @@ def test_config_rules():
 
 def test_cli_trains_ppo_and_evaluate_reads_its_checkpoint(tmp_path, capsys):
     out = tmp_path / "ppo"
-    main(["math", "--algo", "ppo", "--max-steps", "2", "--prompts-per-step", "8",
-          "--eval-n", "20", "--no-progress", "--out", str(out)])  # fmt: skip
+    main(
+        [
+            "math",
+            "--algo",
+            "ppo",
+            "--max-steps",
+            "2",
+            "--prompts-per-step",
+            "8",
+            "--eval-n",
+            "20",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["algo"] == "ppo" and summary["steps"] == 2
     assert json.loads((out / "grpo_config.json").read_text())["algo"] == "ppo"

@@ -41,11 +41,26 @@ from grpo_minimal.rewards import accuracy_reward
 # decay (spared on biases and norms), and max_steps 2: after the step's 4 of 8 updates the
 # linear schedule stands at half.
 SETTINGS = dict(
-    prompts_per_step=4, num_generations=2, max_completion_length=5, temperature=0.9,
-    num_iterations=2, num_minibatches=2, gradient_accumulation_steps=2, max_steps=2,
-    learning_rate=1e-4, critic_learning_rate=3e-4, weight_decay=0.1, max_grad_norm=0.01,
-    beta=0.1, ref_update_every=1, gae_lambda=0.95, value_coef=0.1, value_clip=0.02,
-    epsilon=0.2, loss_type="dapo", seed=0,
+    prompts_per_step=4,
+    num_generations=2,
+    max_completion_length=5,
+    temperature=0.9,
+    num_iterations=2,
+    num_minibatches=2,
+    gradient_accumulation_steps=2,
+    max_steps=2,
+    learning_rate=1e-4,
+    critic_learning_rate=3e-4,
+    weight_decay=0.1,
+    max_grad_norm=0.01,
+    beta=0.1,
+    ref_update_every=1,
+    gae_lambda=0.95,
+    value_coef=0.1,
+    value_clip=0.02,
+    epsilon=0.2,
+    loss_type="dapo",
+    seed=0,
 )
 ROWS = (0, 11, 12, 14)  # training rows whose answers have 2 and 3 digits: unequal lengths
 BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # AdamW's defaults, which the trainer keeps
@@ -82,8 +97,12 @@ def internals(trainer: LMPPOTrainer) -> SimpleNamespace:
     critic_ids = {id(p) for p in trainer.critic.parameters()}
     groups = trainer.optimizer.param_groups
     (critic_lr,) = {g["lr"] for g in groups if id(g["params"][0]) in critic_ids}
-    return SimpleNamespace(critic_body=trainer.critic.body, critic_head=trainer.critic.head,
-                           reference=trainer.reference, critic_lr=critic_lr)
+    return SimpleNamespace(
+        critic_body=trainer.critic.body,
+        critic_head=trainer.critic.head,
+        reference=trainer.reference,
+        critic_lr=critic_lr,
+    )
 
 
 def step_watching_the_loss(trainer: LMPPOTrainer, rows: list[dict]):
@@ -93,13 +112,20 @@ def step_watching_the_loss(trainer: LMPPOTrainer, rows: list[dict]):
     original = lm_ppo.ppo_lm_loss
 
     def watched(logps, old_logps, advantages, values, old_values, targets, mask, **kwargs):
-        loss, metrics = original(logps, old_logps, advantages, values, old_values, targets, mask,
-                                 **kwargs)
-        calls.append(SimpleNamespace(
-            logps=logps.detach().clone(), old_logps=old_logps.clone(),
-            values=values.detach().clone(), old_values=old_values.clone(),
-            advantages=advantages.clone(), targets=targets.clone(), loss=loss.item(),
-        ))
+        loss, metrics = original(
+            logps, old_logps, advantages, values, old_values, targets, mask, **kwargs
+        )
+        calls.append(
+            SimpleNamespace(
+                logps=logps.detach().clone(),
+                old_logps=old_logps.clone(),
+                values=values.detach().clone(),
+                old_values=old_values.clone(),
+                advantages=advantages.clone(),
+                targets=targets.clone(),
+                loss=loss.item(),
+            )
+        )
         return loss, metrics
 
     with pytest.MonkeyPatch.context() as patch:
@@ -114,8 +140,10 @@ def step_watching_the_loss(trainer: LMPPOTrainer, rows: list[dict]):
 def completion_tokens(rollout, row: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One completion's prompt and kept completion tokens, the padding stripped."""
     prompt = row // (len(rollout.completion_ids) // len(rollout.prompt_ids))
-    return (rollout.prompt_ids[prompt][rollout.prompt_mask[prompt].bool()],
-            rollout.completion_ids[row][rollout.completion_mask[row].bool()])
+    return (
+        rollout.prompt_ids[prompt][rollout.prompt_mask[prompt].bool()],
+        rollout.completion_ids[row][rollout.completion_mask[row].bool()],
+    )
 
 
 def token_logps(policy, prompt, completion, temperature) -> torch.Tensor:
@@ -158,8 +186,12 @@ def sampling_quantities(policy, critic_body, critic_head, reference, tokens, sco
         targets.append(gae + values)
     every = torch.cat(advantages)
     mean, var = every.mean(), every.var()  # the sample variance, over every token of the batch
-    return SimpleNamespace(old_logps=old_logps, old_values=old_values, targets=targets,
-                           advantages=[(a - mean) / torch.sqrt(var + 1e-8) for a in advantages])
+    return SimpleNamespace(
+        old_logps=old_logps,
+        old_values=old_values,
+        targets=targets,
+        advantages=[(a - mean) / torch.sqrt(var + 1e-8) for a in advantages],
+    )
 
 
 def plain_adamw(param, grad, state, lr, weight_decay, step) -> None:
@@ -186,8 +218,10 @@ def micro_batch_rows(order: torch.Tensor, G: int, cfg) -> list[list[int]]:
     minibatches, each cut into gradient_accumulation_steps micro-batches of whole groups."""
     micro = len(order) // cfg.num_minibatches // cfg.gradient_accumulation_steps
     prompts = order.tolist()
-    return [[p * G + g for p in prompts[start : start + micro] for g in range(G)]
-            for start in range(0, len(prompts), micro)]
+    return [
+        [p * G + g for p in prompts[start : start + micro] for g in range(G)]
+        for start in range(0, len(prompts), micro)
+    ]
 
 
 def ppo_updates(policy, critic_body, critic_head, tokens, fixed, orders, cfg):
@@ -198,15 +232,22 @@ def ppo_updates(policy, critic_body, critic_head, tokens, fixed, orders, cfg):
     G = len(tokens) // len(orders[0])
     networks = {
         "policy": list(policy.named_parameters()),
-        "critic": [*(("body." + n, p) for n, p in critic_body.named_parameters()),
-                   ("head.weight", critic_head.weight), ("head.bias", critic_head.bias)],
+        "critic": [
+            *(("body." + n, p) for n, p in critic_body.named_parameters()),
+            ("head.weight", critic_head.weight),
+            ("head.bias", critic_head.bias),
+        ],
     }
     base_lr = {"policy": cfg.learning_rate, "critic": cfg.critic_learning_rate}
-    adam = {id(p): {"m": torch.zeros_like(p), "v": torch.zeros_like(p)}
-            for params in networks.values() for _, p in params}
+    adam = {
+        id(p): {"m": torch.zeros_like(p), "v": torch.zeros_like(p)}
+        for params in networks.values()
+        for _, p in params
+    }
     total_updates = cfg.max_steps * cfg.num_iterations * cfg.num_minibatches
-    out = SimpleNamespace(calls=[], norms={"policy": [], "critic": []}, value_clip_bites=0,
-                          updates=0)
+    out = SimpleNamespace(
+        calls=[], norms={"policy": [], "critic": []}, value_clip_bites=0, updates=0
+    )
     for order in orders:
         micro_batches = micro_batch_rows(order, G, cfg)
         for first in range(0, len(micro_batches), cfg.gradient_accumulation_steps):
@@ -235,8 +276,9 @@ def ppo_updates(policy, critic_body, critic_head, tokens, fixed, orders, cfg):
                 value_loss = torch.cat(value_terms).mean()
                 loss = torch.cat(policy_terms).mean() + cfg.value_coef * value_loss
                 (loss / cfg.gradient_accumulation_steps).backward()
-                out.calls.append(SimpleNamespace(rows=rows, loss=loss.item(), logps=logps,
-                                                 values=values))
+                out.calls.append(
+                    SimpleNamespace(rows=rows, loss=loss.item(), logps=logps, values=values)
+                )
             lr_scale = 1 - out.updates / total_updates  # linear to 0, no warmup
             out.updates += 1
             with torch.no_grad():
@@ -245,8 +287,9 @@ def ppo_updates(policy, critic_body, critic_head, tokens, fixed, orders, cfg):
                     for pname, p in params:
                         # no weight decay on biases and norm gains (the HF Trainer's rule)
                         decay = 0.0 if "bias" in pname or "norm" in pname else cfg.weight_decay
-                        plain_adamw(p, p.grad, adam[id(p)], base_lr[name] * lr_scale, decay,
-                                    out.updates)
+                        plain_adamw(
+                            p, p.grad, adam[id(p)], base_lr[name] * lr_scale, decay, out.updates
+                        )
     return out
 
 
@@ -258,8 +301,13 @@ def named_copy(named) -> dict[str, torch.Tensor]:
 
 
 def critic_copy(body, head) -> dict[str, torch.Tensor]:
-    return named_copy([*(("body." + n, p) for n, p in body.named_parameters()),
-                       ("head.weight", head.weight), ("head.bias", head.bias)])
+    return named_copy(
+        [
+            *(("body." + n, p) for n, p in body.named_parameters()),
+            ("head.weight", head.weight),
+            ("head.bias", head.bias),
+        ]
+    )
 
 
 def assert_close(what: str, got: torch.Tensor, want: torch.Tensor, atol: float | None = None):
@@ -275,8 +323,12 @@ def assert_same_update(network: str, after: dict, want: dict, before: dict) -> N
     """The weights moved as the reference's did, to RTOL of the largest move in the network."""
     scale = max((want[name] - before[name]).abs().max().item() for name in want)
     for name in want:
-        assert_close(f"{network} {name} update", after[name] - before[name],
-                     want[name] - before[name], RTOL * scale)
+        assert_close(
+            f"{network} {name} update",
+            after[name] - before[name],
+            want[name] - before[name],
+            RTOL * scale,
+        )
 
 
 def test_a_ppo_step_matches_a_plain_float64_ppo(monkeypatch):
@@ -302,8 +354,9 @@ def test_a_ppo_step_matches_a_plain_float64_ppo(monkeypatch):
     # the trainer's minibatch order: a permutation of the prompts per epoch, from a generator
     # of its own seeded with cfg.seed
     generator = torch.Generator().manual_seed(cfg.seed)
-    orders = [torch.randperm(cfg.prompts_per_step, generator=generator)
-              for _ in range(cfg.num_iterations)]
+    orders = [
+        torch.randperm(cfg.prompts_per_step, generator=generator) for _ in range(cfg.num_iterations)
+    ]
     train_rows = load_math_rows("arithmetic", "train")
 
     with torch_threads(1):  # a tiny model's fastest (device.torch_threads)
@@ -318,12 +371,15 @@ def test_a_ppo_step_matches_a_plain_float64_ppo(monkeypatch):
         for rows, call in zip(first_epoch, calls, strict=False):
             for j, i in enumerate(rows):
                 length = len(tokens[i][1])
-                theirs[i] = {name: getattr(call, name)[j, :length]
-                             for name in ("old_logps", "old_values", "advantages", "targets")}
+                theirs[i] = {
+                    name: getattr(call, name)[j, :length]
+                    for name in ("old_logps", "old_values", "advantages", "targets")
+                }
         assert sorted(theirs) == list(range(len(tokens)))
         # stage 2 from the trainer's float32 advantages and targets (module docstring)
         fixed = SimpleNamespace(
-            old_logps=ours.old_logps, old_values=ours.old_values,
+            old_logps=ours.old_logps,
+            old_values=ours.old_values,
             advantages=[theirs[i]["advantages"] for i in range(len(tokens))],
             targets=[theirs[i]["targets"] for i in range(len(tokens))],
         )
@@ -341,10 +397,13 @@ def test_a_ppo_step_matches_a_plain_float64_ppo(monkeypatch):
     for i, got in theirs.items():
         assert_close(f"old log-probs of completion {i}", got["old_logps"], ours.old_logps[i])
         assert_close(f"values at sampling of completion {i}", got["old_values"], ours.old_values[i])
-        assert_close(f"whitened advantages of completion {i}", got["advantages"],
-                     ours.advantages[i], GAE_ATOL)
-        assert_close(f"value targets of completion {i}", got["targets"], ours.targets[i],
-                     GAE_ATOL)
+        assert_close(
+            f"whitened advantages of completion {i}",
+            got["advantages"],
+            ours.advantages[i],
+            GAE_ATOL,
+        )
+        assert_close(f"value targets of completion {i}", got["targets"], ours.targets[i], GAE_ATOL)
 
     # stage 2: each micro-batch's log-probs, values and loss (the first update's included)
     for k, (got, want) in enumerate(zip(calls, ref.calls, strict=True)):
@@ -360,14 +419,23 @@ def test_a_ppo_step_matches_a_plain_float64_ppo(monkeypatch):
     assert record["grad_norm"] == pytest.approx(ref.norms["policy"][-1], rel=RTOL)
     done = ref.updates / (cfg.max_steps * cfg.num_iterations * cfg.num_minibatches)
     assert record["learning_rate"] == pytest.approx(cfg.learning_rate * (1 - done), rel=RTOL)
-    assert internals(trainer).critic_lr == pytest.approx(cfg.critic_learning_rate * (1 - done),
-                                                         rel=RTOL)
+    assert internals(trainer).critic_lr == pytest.approx(
+        cfg.critic_learning_rate * (1 - done), rel=RTOL
+    )
 
     # the weights: both networks moved as the reference's, and the reference is the new policy
-    assert_same_update("policy", named_copy(model.named_parameters()),
-                       named_copy(policy.named_parameters()), policy_before)
-    assert_same_update("critic", critic_copy(parts.critic_body, parts.critic_head),
-                       critic_copy(critic_body, critic_head), critic_before)
+    assert_same_update(
+        "policy",
+        named_copy(model.named_parameters()),
+        named_copy(policy.named_parameters()),
+        policy_before,
+    )
+    assert_same_update(
+        "critic",
+        critic_copy(parts.critic_body, parts.critic_head),
+        critic_copy(critic_body, critic_head),
+        critic_before,
+    )
     new_policy = dict(model.named_parameters())
     for name, p in internals(trainer).reference.named_parameters():
         assert torch.equal(p, new_policy[name]), f"reference {name} is not the updated policy"

@@ -32,8 +32,15 @@ def tiny():
 
 
 def cfg(**overrides) -> MathConfig:
-    values = dict(model=str(TINY_MODEL), device="cpu", prompts_per_step=2, num_generations=4,
-                  max_completion_length=5, lora_r=4, beta=0.04)  # fmt: skip
+    values = dict(
+        model=str(TINY_MODEL),
+        device="cpu",
+        prompts_per_step=2,
+        num_generations=4,
+        max_completion_length=5,
+        lora_r=4,
+        beta=0.04,
+    )
     return MathConfig(**(values | overrides))
 
 
@@ -102,8 +109,14 @@ def test_a_lora_step_matches_trl(tiny, tmp_path):
     run_cfg = cfg(lora_alpha=8.0)
     ours = LMGRPOTrainer(run_cfg, copy.deepcopy(tiny[0]), tiny[1])
     randomise_adapters(ours.model)
-    trl, _ = make_trl_trainer(run_cfg, copy.deepcopy(tiny[0]), tiny[1], ROWS, str(tmp_path),
-                              reward_funcs=[lambda completions, **kw: [0.0] * len(completions)])  # fmt: skip
+    trl, _ = make_trl_trainer(
+        run_cfg,
+        copy.deepcopy(tiny[0]),
+        tiny[1],
+        ROWS,
+        str(tmp_path),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+    )
     randomise_adapters(trl.model)
     # float64 on both sides, so that the two sums of the same terms in different orders agree
     # to far below any bug (a bound on float32 sums taken from the result's scale failed on
@@ -134,18 +147,30 @@ def test_a_lora_step_matches_trl(tiny, tmp_path):
         )
 
     logps, _ = completion_logps(ours.model, rollout)
-    loss, _ = grpo_loss(logps, old * mask, reference * mask, advantages, mask, beta=run_cfg.beta,
-                        epsilon=0.2, loss_type=run_cfg.loss_type,
-                        max_completion_length=run_cfg.max_completion_length, num_items_in_batch=mask.sum())  # fmt: skip
+    loss, _ = grpo_loss(
+        logps,
+        old * mask,
+        reference * mask,
+        advantages,
+        mask,
+        beta=run_cfg.beta,
+        epsilon=0.2,
+        loss_type=run_cfg.loss_type,
+        max_completion_length=run_cfg.max_completion_length,
+        num_items_in_batch=mask.sum(),
+    )
     loss.backward()
     G = rollout.num_generations
     inputs = {
         "prompt_ids": rollout.prompt_ids.repeat_interleave(G, 0),
         "prompt_mask": rollout.prompt_mask.repeat_interleave(G, 0),
-        "completion_ids": rollout.completion_ids, "completion_mask": mask,
-        "advantages": advantages, "old_per_token_logps": old * mask,
-        "ref_per_token_logps": reference * mask, "num_items_in_batch": mask.sum(),
-    }  # fmt: skip
+        "completion_ids": rollout.completion_ids,
+        "completion_mask": mask,
+        "advantages": advantages,
+        "old_per_token_logps": old * mask,
+        "ref_per_token_logps": reference * mask,
+        "num_items_in_batch": mask.sum(),
+    }
     their_loss = trl._compute_loss(trl.model, inputs)
     their_loss.backward()
     assert loss.dtype == their_loss.dtype == torch.float64
@@ -157,8 +182,23 @@ def test_a_lora_step_matches_trl(tiny, tmp_path):
 
 def test_a_lora_run_saves_its_adapter_and_evaluates(tmp_path, capsys):
     out = tmp_path / "lora"
-    main(["math", "--lora-r", "4", "--learning-rate", "1e-3", "--max-steps", "3", "--eval-n", "20",
-          "--no-progress", "--merge", "--out", str(out)])  # fmt: skip
+    main(
+        [
+            "math",
+            "--lora-r",
+            "4",
+            "--learning-rate",
+            "1e-3",
+            "--max-steps",
+            "3",
+            "--eval-n",
+            "20",
+            "--no-progress",
+            "--merge",
+            "--out",
+            str(out),
+        ]
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     files = {p.name for p in out.iterdir()}
     assert {"adapter_config.json", "adapter_model.safetensors", "grpo_config.json"} <= files
@@ -194,8 +234,19 @@ def test_a_lora_run_saves_its_adapter_and_evaluates(tmp_path, capsys):
 )
 def test_bad_lora_flags_are_one_line(flags, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
-        main(["math", *flags, "--max-steps", "1", "--eval-n", "2", "--no-progress",
-              "--out", str(tmp_path / "x")])  # fmt: skip
+        main(
+            [
+                "math",
+                *flags,
+                "--max-steps",
+                "1",
+                "--eval-n",
+                "2",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
 

@@ -173,9 +173,16 @@ def test_grpo_loss_hand_computed_with_kl():
     assert loss.item() == pytest.approx(expected, rel=RTOL)
     assert metrics["kl"] == pytest.approx(k3 / 2, rel=RTOL)
     biased, _ = grpo_loss(
-        logps, old, ref, t([1.0]), t([[1, 1]]), beta=0.1, epsilon=0.2, loss_type="bnpo",
+        logps,
+        old,
+        ref,
+        t([1.0]),
+        t([[1, 1]]),
+        beta=0.1,
+        epsilon=0.2,
+        loss_type="bnpo",
         use_bias_correction_kl=True,
-    )  # fmt: skip
+    )
     assert biased.item() == pytest.approx(((-1.2 + 0.1 * 1.2 * k3) + -1.0) / 2, rel=RTOL)
 
 
@@ -190,9 +197,15 @@ def test_grpo_loss_kl_gradient_on_policy(bias_correction, expected):
     # one token, A = 0, beta = 1, on-policy (old_logps=None): the gradient is the KL term's alone
     logps = t([[math.log(0.6)]]).requires_grad_()
     loss, _ = grpo_loss(
-        logps, None, t([[math.log(0.3)]]), t([0.0]), t([[1]]), beta=1.0, epsilon=0.2,
+        logps,
+        None,
+        t([[math.log(0.3)]]),
+        t([0.0]),
+        t([[1]]),
+        beta=1.0,
+        epsilon=0.2,
         use_bias_correction_kl=bias_correction,
-    )  # fmt: skip
+    )
     loss.backward()
     assert logps.grad.item() == pytest.approx(expected, rel=RTOL)
 

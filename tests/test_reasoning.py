@@ -53,8 +53,10 @@ def answer_from_steps(steps: str) -> int:
 def test_splits_are_disjoint_and_the_shipped_sizes():
     train, test = read_split("train"), read_split("test")
     assert (len(train), len(test)) == (4000, 500)
-    keys = {name: [problem_key(r["prompt"]) for r in rows]
-            for name, rows in (("train", train), ("test", test))}  # fmt: skip
+    keys = {
+        name: [problem_key(r["prompt"]) for r in rows]
+        for name, rows in (("train", train), ("test", test))
+    }
     assert len(set(keys["train"])) == 4000 and len(set(keys["test"])) == 500  # no repeats
     assert not set(keys["train"]) & set(keys["test"])  # a+b and b+a are one problem
 
@@ -82,14 +84,18 @@ def test_loaders_and_the_dataset_name():
 
 def test_script_reproduces_the_shipped_files_and_fresh_problems_are_new(tmp_path):
     script = str(DATA_DIR / "make_reasoning.py")
-    subprocess.run([sys.executable, script, "--out", str(tmp_path)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, script, "--out", str(tmp_path)], check=True, capture_output=True
+    )
     for name in ("train", "test"):
         shipped = (DATA_DIR / f"reasoning_{name}.jsonl").read_bytes()
         assert (tmp_path / f"reasoning_{name}.jsonl").read_bytes() == shipped
     fresh = tmp_path / "fresh.jsonl"
-    subprocess.run([sys.executable, script, "--fresh", "300", "--out", str(fresh)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, script, "--fresh", "300", "--out", str(fresh)],
+        check=True,
+        capture_output=True,
+    )
     rows = [json.loads(line) for line in fresh.read_text().splitlines()]
     shipped_keys = {problem_key(r["prompt"]) for n in ("train", "test") for r in read_split(n)}
     fresh_keys = {problem_key(r["prompt"]) for r in rows}
@@ -127,7 +133,12 @@ def test_think_block_and_steps_by_hand():
     unclosed = "<think>7+5=12 4+8+1=13<answer>632</answer>"
     assert think_block(right) == "7+5=12 4+8+1=13 3+2+1=6"
     assert think_block(direct) is None and think_block(unclosed) is None
-    assert [writes_steps(t) for t in (right, direct, empty, unclosed)] == [True, False, False, False]
+    assert [writes_steps(t) for t in (right, direct, empty, unclosed)] == [
+        True,
+        False,
+        False,
+        False,
+    ]
     assert steps_right(prompt, right) is True
     assert steps_right(prompt, wrong_step) is False and steps_right(prompt, missing_step) is False
     assert steps_right(prompt, direct) is None and steps_right(prompt, empty) is None
@@ -174,9 +185,29 @@ def test_cli_trains_the_reasoning_run_and_evaluate_reports_how_it_reasons(tmp_pa
     from grpo_minimal.cli import main as cli_main
 
     out = tmp_path / "run"
-    assert cli_main(["math", "--dataset", "reasoning", "--model", "tiny-reasoning", "--out",
-                     str(out), "--max-steps", "2", "--eval-n", "16", "--prompts-per-step", "2",
-                     "--no-progress", "--device", "cpu"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "math",
+                "--dataset",
+                "reasoning",
+                "--model",
+                "tiny-reasoning",
+                "--out",
+                str(out),
+                "--max-steps",
+                "2",
+                "--eval-n",
+                "16",
+                "--prompts-per-step",
+                "2",
+                "--no-progress",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     saved = json.loads((out / "grpo_config.json").read_text())
     assert (saved["max_completion_length"], saved["loss_type"]) == (40, "grpo")
@@ -250,12 +281,20 @@ def test_grpo_makes_the_cold_start_write_steps_and_get_more_right(one_thread):
     assert torch.get_num_threads() == 1  # the thresholds' setting, whatever the worker's share
     rows = load_reasoning("test")[:100]
     prompts = [row["prompt"] for row in rows]
-    cfg = MathConfig.for_device("cpu", dataset="reasoning", seed=5, max_steps=100, eval_every=0,
-                                eval_n=100, lr_scheduler_type="constant")  # fmt: skip
+    cfg = MathConfig.for_device(
+        "cpu",
+        dataset="reasoning",
+        seed=5,
+        max_steps=100,
+        eval_every=0,
+        eval_n=100,
+        lr_scheduler_type="constant",
+    )
     model, tokenizer = setup(cfg)
     think_before = think_probability(model, tokenizer, prompts)
-    _, history = train_math(cfg, model, tokenizer, eval_rows=rows, progress=False,
-                            on_step=log_reasoning)  # fmt: skip
+    _, history = train_math(
+        cfg, model, tokenizer, eval_rows=rows, progress=False, on_step=log_reasoning
+    )
     think_after = think_probability(model, tokenizer, prompts)
     before, after = history[0]["eval_accuracy"], history[-1]["eval_accuracy"]
     assert after - before >= MIN_ACCURACY_GAIN, (before, after)
@@ -274,9 +313,16 @@ def gpt2_with_the_reasoning_vocabulary(tokenizer):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=2, n_head=2,
-                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.eos_token_id,
-                        eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return GPT2LMHeadModel(config).eval()
 
 

@@ -510,13 +510,39 @@ def test_a_unit_after_a_space_keeps_the_whole_number(number, unit, wrapper):
 # run on into another sentence, cut off by the 32-token limit: a lenient reader
 # would credit them; the strict rule reads the last line, which states no number.
 REAL_ANSWERS = {
-    1: "12", 2: "20", 3: "8", 4: None, 5: "6", 6: None, 7: None, 8: None,
-    9: None, 10: None, 11: "9", 12: None,
+    1: "12",
+    2: "20",
+    3: "8",
+    4: None,
+    5: "6",
+    6: None,
+    7: None,
+    8: None,
+    9: None,
+    10: None,
+    11: "9",
+    12: None,
     13: "12",  # "15 - 3 = 12" then a closing code fence: the fence is markup, the answer 12
-    14: "4", 15: "10", 16: None, 17: None, 18: "13", 19: None, 20: None, 21: "6", 22: "3",
-    23: None, 24: None, 25: None, 26: "5", 27: "24", 28: None, 29: "13", 30: None, 31: None,
+    14: "4",
+    15: "10",
+    16: None,
+    17: None,
+    18: "13",
+    19: None,
+    20: None,
+    21: "6",
+    22: "3",
+    23: None,
+    24: None,
+    25: None,
+    26: "5",
+    27: "24",
+    28: None,
+    29: "13",
+    30: None,
+    31: None,
     32: None,
-}  # fmt: skip
+}
 
 
 def test_real_completions_get_the_strict_verdicts_a_person_reads():

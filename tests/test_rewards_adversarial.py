@@ -372,8 +372,11 @@ def r1_format_by_regex(text: str) -> bool:
     blocks non-empty after stripping whitespace."""
     tags = ("<think>", "</think>", "<answer>", "</answer>")
     match = _R1_RE.fullmatch(text)
-    return (match is not None and all(text.count(tag) == 1 for tag in tags)
-            and all(group.strip() for group in match.groups()))  # fmt: skip
+    return (
+        match is not None
+        and all(text.count(tag) == 1 for tag in tags)
+        and all(group.strip() for group in match.groups())
+    )
 
 
 # Near misses of <think>...</think><answer>...</answer>: each slot's first entry is right, the

@@ -20,8 +20,16 @@ def test_the_masked_dapo_surrogate_is_the_mean_nll_of_the_correct_completions():
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]])
     correct = torch.tensor([1.0, 0.0, 1.0, 0.0])
     kept = mask * correct[:, None].long()
-    loss, _ = grpo_loss(logps, None, None, torch.ones(4, dtype=torch.float64), kept, beta=0.0,
-                        epsilon=0.2, loss_type="dapo")  # fmt: skip
+    loss, _ = grpo_loss(
+        logps,
+        None,
+        None,
+        torch.ones(4, dtype=torch.float64),
+        kept,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+    )
     loss.backward()
     by_hand = logps.detach().clone().requires_grad_(True)
     nll = -(by_hand * kept).sum() / 5  # 3 + 2 tokens in the two correct completions
@@ -53,7 +61,8 @@ def test_refuses_settings_that_would_change_the_loss():
 def test_a_short_rft_run_trains_through_train_math():
     rows = load_math_rows("arithmetic", "train")
     cfg = MathConfig(**RFT, max_steps=3, eval_every=0, eval_n=8)
-    trainer, history = train_math(cfg, train_rows=rows[8:], eval_rows=rows[:8], progress=False,
-                                  trainer_cls=RFTTrainer)  # fmt: skip
+    trainer, history = train_math(
+        cfg, train_rows=rows[8:], eval_rows=rows[:8], progress=False, trainer_cls=RFTTrainer
+    )
     assert isinstance(trainer, RFTTrainer) and len(history) == 4
     assert all(h["kl"] == 0.0 and h["grad_norm"] >= 0 for h in history[1:])

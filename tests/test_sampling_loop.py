@@ -72,8 +72,9 @@ def draw_both(model, tokenizer, prompts, seed, **settings):
         torch.manual_seed(seed)
         torch.multinomial = spy
         try:
-            rollout = sample_completions(model, tokenizer, [{}] * len(prompts), prompts,
-                                         sampler=sampler, **settings)  # fmt: skip
+            rollout = sample_completions(
+                model, tokenizer, [{}] * len(prompts), prompts, sampler=sampler, **settings
+            )
         finally:
             torch.multinomial = multinomial
         out[sampler] = rollout, torch.get_rng_state(), seen
@@ -105,8 +106,16 @@ def test_the_loop_draws_what_generate_draws_on_the_tiny_model(tiny, padding, tem
     enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=False)
     assert bool(enc["attention_mask"].all()) == (padding == "equal")
     for seed in SEEDS:
-        generated, looped = draw_both(model, tokenizer, prompts, seed, num_generations=8,
-                                      max_new_tokens=5, temperature=temperature, top_p=top_p)  # fmt: skip
+        generated, looped = draw_both(
+            model,
+            tokenizer,
+            prompts,
+            seed,
+            num_generations=8,
+            max_new_tokens=5,
+            temperature=temperature,
+            top_p=top_p,
+        )
         assert_same_draws(generated, looped)
         ended = looped[0].completion_mask.sum(1) < looped[0].completion_ids.shape[1]
         assert ended.any()  # some rows ended early and were padded after their EOS
@@ -118,8 +127,16 @@ def test_the_loop_draws_what_generate_draws_on_the_standin(standin, temperature,
     model, tokenizer = standin
     prompts = [format_prompt(q, tokenizer, "r1") for q in STANDIN_QUESTIONS]
     for seed in SEEDS:
-        generated, looped = draw_both(model, tokenizer, prompts, seed, num_generations=4,
-                                      max_new_tokens=12, temperature=temperature, top_p=top_p)  # fmt: skip
+        generated, looped = draw_both(
+            model,
+            tokenizer,
+            prompts,
+            seed,
+            num_generations=4,
+            max_new_tokens=12,
+            temperature=temperature,
+            top_p=top_p,
+        )
         assert_same_draws(generated, looped)
 
 
@@ -138,16 +155,31 @@ def test_the_loop_draws_what_generate_draws_under_bf16_autocast(request, model_n
         settings = {"num_generations": 4, "max_new_tokens": 12}
     for seed, (temperature, top_p) in enumerate([(1.0, 1.0), (0.7, 0.9)]):
         amp = torch.autocast("cpu", dtype=torch.bfloat16)
-        generated, looped = draw_both(model, tokenizer, prompts, seed, temperature=temperature,
-                                      top_p=top_p, amp=amp, **settings)  # fmt: skip
+        generated, looped = draw_both(
+            model,
+            tokenizer,
+            prompts,
+            seed,
+            temperature=temperature,
+            top_p=top_p,
+            amp=amp,
+            **settings,
+        )
         assert_same_draws(generated, looped, torch.bfloat16)
         assert generated[2] and generated[2][0].dtype == torch.float32
 
 
 def test_greedy_decoding_is_the_same_too(tiny):
     model, tokenizer = tiny
-    generated, looped = draw_both(model, tokenizer, TINY_PROMPTS["padded"], 0, num_generations=1,
-                                  max_new_tokens=5, do_sample=False)  # fmt: skip
+    generated, looped = draw_both(
+        model,
+        tokenizer,
+        TINY_PROMPTS["padded"],
+        0,
+        num_generations=1,
+        max_new_tokens=5,
+        do_sample=False,
+    )
     assert_same_draws(generated, looped)
 
 
@@ -157,14 +189,24 @@ def test_finished_rows_pad_and_the_loop_stops_when_all_have_ended(tiny):
     model, tokenizer = tiny
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     assert eos != pad  # otherwise padding could not be told from an EOS
-    enc = tokenizer(TINY_PROMPTS["padded"], padding=True, return_tensors="pt",
-                    add_special_tokens=False)  # fmt: skip
+    enc = tokenizer(
+        TINY_PROMPTS["padded"], padding=True, return_tensors="pt", add_special_tokens=False
+    )
 
     def draw(seed, max_new_tokens):
         torch.manual_seed(seed)
-        return sample_with_kv_cache(model, enc["input_ids"], enc["attention_mask"], 8,
-                                    max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0,
-                                    do_sample=True, pad_id=pad, eos_ids=[eos])  # fmt: skip
+        return sample_with_kv_cache(
+            model,
+            enc["input_ids"],
+            enc["attention_mask"],
+            8,
+            max_new_tokens=max_new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            do_sample=True,
+            pad_id=pad,
+            eos_ids=[eos],
+        )
 
     stopped_early = False
     for seed in range(6):
@@ -217,13 +259,21 @@ def test_the_loop_is_chosen_only_for_a_model_it_can_drive(tiny):
         )
         return out
 
-    t5 = T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32,
-                                             num_layers=1, num_heads=2))  # fmt: skip
-    mamba = MambaForCausalLM(MambaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2,
-                                         state_size=4))  # fmt: skip
-    others = {"encoder-decoder": t5, "recurrent": mamba, "arguments in **kwargs":
-              variant(tiny, hidden), "legacy cache": variant(tiny, legacy)}  # fmt: skip
-    assert {name: uses_sampling_loop(m) for name, m in others.items()} == dict.fromkeys(others, False)
+    t5 = T5ForConditionalGeneration(
+        T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)
+    )
+    mamba = MambaForCausalLM(
+        MambaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, state_size=4)
+    )
+    others = {
+        "encoder-decoder": t5,
+        "recurrent": mamba,
+        "arguments in **kwargs": variant(tiny, hidden),
+        "legacy cache": variant(tiny, legacy),
+    }
+    assert {name: uses_sampling_loop(m) for name, m in others.items()} == dict.fromkeys(
+        others, False
+    )
     model, was_training = tiny[0], tiny[0].training
     model.train()  # the probe: in eval mode, no random numbers, the mode restored
     state = torch.get_rng_state()
@@ -244,8 +294,17 @@ def test_a_right_padding_tokenizer_still_pads_prompts_on_the_left(tiny):
         draws = []
         for tok in (tokenizer, right):
             torch.manual_seed(0)
-            draws.append(sample_completions(model, tok, [{}] * 4, TINY_PROMPTS["padded"],
-                                            num_generations=4, max_new_tokens=5, sampler=sampler))  # fmt: skip
+            draws.append(
+                sample_completions(
+                    model,
+                    tok,
+                    [{}] * 4,
+                    TINY_PROMPTS["padded"],
+                    num_generations=4,
+                    max_new_tokens=5,
+                    sampler=sampler,
+                )
+            )
         assert torch.equal(draws[0].prompt_ids, draws[1].prompt_ids)
         assert torch.equal(draws[0].completion_ids, draws[1].completion_ids)
     assert right.padding_side == "right"
@@ -253,9 +312,12 @@ def test_a_right_padding_tokenizer_still_pads_prompts_on_the_left(tiny):
 
 def test_an_unknown_sampler_is_an_error(tiny):
     model, tokenizer = tiny
-    with pytest.raises(ValueError, match=r"sampler must be one of \('generate', 'loop'\), got 'lop'"):
-        sample_completions(model, tokenizer, [{}], ["1+2="], num_generations=2, max_new_tokens=2,
-                           sampler="lop")  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"sampler must be one of \('generate', 'loop'\), got 'lop'"
+    ):
+        sample_completions(
+            model, tokenizer, [{}], ["1+2="], num_generations=2, max_new_tokens=2, sampler="lop"
+        )
 
 
 def test_training_steps_are_the_same_with_either_sampler():

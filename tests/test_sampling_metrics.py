@@ -24,10 +24,18 @@ def test_pass_at_k_hand_computed():
     assert pass_at_k(5, 2, 4) == 1.0  # only 3 wrong samples: any 4 hold a correct one
 
 
-@pytest.mark.parametrize(("n", "c", "k", "expected"), [
-    (4, 0, 4, 0.0), (4, 1, 4, 1.0), (4, 4, 4, 1.0),  # n = k: did any sample succeed?
-    (10, 0, 3, 0.0), (10, 10, 3, 1.0), (1, 1, 1, 1.0), (1, 0, 1, 0.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (4, 0, 4, 0.0),
+        (4, 1, 4, 1.0),
+        (4, 4, 4, 1.0),  # n = k: did any sample succeed?
+        (10, 0, 3, 0.0),
+        (10, 10, 3, 1.0),
+        (1, 1, 1, 1.0),
+        (1, 0, 1, 0.0),
+    ],
+)
 def test_pass_at_k_edge_cases(n, c, k, expected):
     assert pass_at_k(n, c, k) == expected
 
@@ -46,10 +54,17 @@ def test_pass_at_k_is_the_fraction_of_k_subsets_with_a_correct_sample(nc):
             assert pass_at_k(n, c, k) >= pass_at_k(n, c, k - 1)
 
 
-@pytest.mark.parametrize(("n", "c", "k", "field"), [
-    (0, 0, 1, "n"), (3, 4, 1, "c"), (3, -1, 1, "c"), (3, 1, 0, "k"), (3, 1, 4, "k"),
-    (3.0, 1, 1, "n"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "c", "k", "field"),
+    [
+        (0, 0, 1, "n"),
+        (3, 4, 1, "c"),
+        (3, -1, 1, "c"),
+        (3, 1, 0, "k"),
+        (3, 1, 4, "k"),
+        (3.0, 1, 1, "n"),
+    ],
+)
 def test_pass_at_k_refuses_bad_counts_naming_them(n, c, k, field):
     with pytest.raises(ValueError, match=rf"^{field} "):
         pass_at_k(n, c, k)

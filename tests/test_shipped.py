@@ -36,8 +36,11 @@ def test_setup_py_ships_every_folder_the_resolver_reads():
 
 def test_an_install_without_the_files_says_so_in_one_message(monkeypatch, tmp_path):
     monkeypatch.setattr(shipped, "_CHECKOUT_ROOT", tmp_path)
-    with pytest.raises(shipped.MissingShippedFile, match=r"data file 'arithmetic_train.jsonl' is "
-                       r"not in this checkout .* pip install grpo-minimal"):  # fmt: skip
+    with pytest.raises(
+        shipped.MissingShippedFile,
+        match=r"data file 'arithmetic_train.jsonl' is "
+        r"not in this checkout .* pip install grpo-minimal",
+    ):
         shipped.data_path("arithmetic_train.jsonl")
     with pytest.raises(FileNotFoundError, match="results file 'ablations.json'"):
         shipped.results_path("ablations.json")

@@ -41,8 +41,20 @@ pytestmark = pytest.mark.skipif(
 
 def book_command(out: Path, warnings: Path) -> list[str]:
     """The Makefile's `book` target: Sphinx with docs/conf.py over the checkout."""
-    return [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-c", "docs", "-w", str(warnings),
-            ".", str(out)]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "sphinx",
+        "-b",
+        "html",
+        "-q",
+        "-c",
+        "docs",
+        "-w",
+        str(warnings),
+        ".",
+        str(out),
+    ]
 
 
 def test_make_book_runs_the_command_this_test_builds_with():
@@ -56,9 +68,25 @@ def _offline(command: list[str], writable: Path) -> list[str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return command
-    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
-            "--bind", str(writable), str(writable), "--setenv", "TMPDIR", str(writable),
-            "--die-with-parent", *command]  # fmt: skip
+    return [
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-net",
+        "--bind",
+        str(writable),
+        str(writable),
+        "--setenv",
+        "TMPDIR",
+        str(writable),
+        "--die-with-parent",
+        *command,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +94,21 @@ def site(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("book")
     out, warnings = folder / "site", folder / "warnings.txt"
     # Sphinx's doctree cache would be written under the output folder: the checkout stays as it is
-    result = subprocess.run(_offline(book_command(out, warnings), folder), cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    result = subprocess.run(
+        _offline(book_command(out, warnings), folder),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # Every warning is a defect but one kind: a link to an anchor that a notebook writes as raw
     # HTML (`<a id="...">`), which MyST cannot see; the link check below finds those anchors.
     unexpected = [
-        line for line in warnings.read_text().splitlines()
+        line
+        for line in warnings.read_text().splitlines()
         if line.strip() and "local id not found" not in line
-    ]  # fmt: skip
+    ]
     assert not unexpected, "\n".join(unexpected)
     return out
 
@@ -107,12 +141,23 @@ def test_the_site_has_a_page_for_every_notebook_guide_and_reference(site):
     for name in COURSE:
         text = (site / "notebooks" / f"{name}.html").read_text()
         # the notebook's first cell: its Colab link and its run time
-        assert f"colab.research.google.com/github/grpo-minimal/grpo_minimal/blob/main/notebooks/{name}.ipynb" in text
+        assert (
+            f"colab.research.google.com/github/grpo-minimal/grpo_minimal/blob/main/notebooks/{name}.ipynb"
+            in text
+        )
         assert "Runs on" in text, name
     for name in LABS:
         assert (site / "notebooks" / "labs" / f"{name}.html").exists(), name
-    for page in ["notebooks/labs/README", "instructor/README", "bench/README", "README.ko",
-                 "docs/troubleshooting", "docs/architecture", "docs/gpu", "docs/scaling_out"]:  # fmt: skip
+    for page in [
+        "notebooks/labs/README",
+        "instructor/README",
+        "bench/README",
+        "README.ko",
+        "docs/troubleshooting",
+        "docs/architecture",
+        "docs/gpu",
+        "docs/scaling_out",
+    ]:
         assert (site / f"{page}.html").exists(), page
     assert not list(site.rglob("*.ipynb")), "a notebook was copied, not rendered"
 
@@ -159,13 +204,24 @@ def test_pages_load_in_chromium_with_images_and_typeset_math(site):
                 route.abort()
 
             page.route(lambda url: not url.startswith(base), elsewhere)
-            page.on("console", lambda m: m.type == "error"
-                    and problems.append(f"{current[0]}: console error {m.text}"))  # fmt: skip
+            page.on(
+                "console",
+                lambda m: (
+                    m.type == "error" and problems.append(f"{current[0]}: console error {m.text}")
+                ),
+            )
             page.on("pageerror", lambda e: problems.append(f"{current[0]}: page error {e}"))
-            page.on("requestfailed", lambda r: problems.append(
-                f"{current[0]}: failed request {r.url} {r.failure}"))  # fmt: skip
-            page.on("response", lambda r: r.status >= 400 and problems.append(
-                f"{current[0]}: HTTP {r.status} for {r.url}"))  # fmt: skip
+            page.on(
+                "requestfailed",
+                lambda r: problems.append(f"{current[0]}: failed request {r.url} {r.failure}"),
+            )
+            page.on(
+                "response",
+                lambda r: (
+                    r.status >= 400
+                    and problems.append(f"{current[0]}: HTTP {r.status} for {r.url}")
+                ),
+            )
             for name in pages:
                 current[0] = name
                 page.goto(base + name, wait_until="load")
@@ -173,14 +229,18 @@ def test_pages_load_in_chromium_with_images_and_typeset_math(site):
                 if "$" in source or "\\begin{" in source:
                     # MathJax typesets after load: wait for it, then look for its output
                     try:
-                        page.wait_for_function("() => window.MathJax?.startup?.promise", timeout=20_000)
+                        page.wait_for_function(
+                            "() => window.MathJax?.startup?.promise", timeout=20_000
+                        )
                         page.evaluate("() => MathJax.startup.promise")
                     except PlaywrightTimeout:
                         problems.append(f"{name}: MathJax never started")
                     if page.locator("mjx-container").count() == 0:
                         problems.append(f"{name}: TeX in the source, no typeset math")
                     if page.locator("mjx-merror").count():
-                        problems.append(f"{name}: a TeX error: {page.locator('mjx-merror').first.inner_text()}")
+                        problems.append(
+                            f"{name}: a TeX error: {page.locator('mjx-merror').first.inner_text()}"
+                        )
                 unloaded = page.evaluate("""() => [...document.images]
                     .filter((img) => !img.complete || img.naturalWidth === 0)
                     .map((img) => img.getAttribute('src'))""")

@@ -71,7 +71,9 @@ def test_gsm8k_prompts_survive_tokenisation(standin, template):
         question = tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
         assert tokenizer.decode(question) == row["prompt"] and " " in row["prompt"]
     assert (R1_SYSTEM_PROMPT in prompts[0]) == (template == "r1")
-    check_prompt_lengths(prompts, tokenizer, model, MathConfig.PRESETS["gpu"]["max_completion_length"])
+    check_prompt_lengths(
+        prompts, tokenizer, model, MathConfig.PRESETS["gpu"]["max_completion_length"]
+    )
 
 
 def test_rewards_read_answers_that_went_through_the_tokenizer(standin):
@@ -81,8 +83,10 @@ def test_rewards_read_answers_that_went_through_the_tokenizer(standin):
     r1 = [f"<think>so {g} it is</think><answer>{g}</answer>" for g in golds]
     boxed = [f"The total is \\boxed{{{g}}}." for g in golds]
     for completions in (r1, boxed):
-        ids = [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-               for c in completions]  # fmt: skip
+        ids = [
+            tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            for c in completions
+        ]
         decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
         assert decoded == completions
         assert accuracy_reward(decoded, golds) == [1.0] * len(golds)
@@ -94,10 +98,18 @@ def test_rewards_read_answers_that_went_through_the_tokenizer(standin):
 def gpu_lesson_flags() -> list[str]:
     """``MathConfig.for_device("cuda")`` as flags, on the stand-in and the offline GSM8K sample,
     for 2 steps; on the CPU, in bfloat16 autocast where it runs."""
-    values = {**MathConfig.PRESETS["gpu"], "model": str(STANDIN), "dataset": "gsm8k_sample",
-              "max_steps": 2, "eval_n": 4, "eval_every": 0}  # fmt: skip
-    assert MathConfig.for_device("cuda").to_dict() == {**MathConfig(device="cuda").to_dict(),
-                                                       **MathConfig.PRESETS["gpu"]}  # fmt: skip
+    values = {
+        **MathConfig.PRESETS["gpu"],
+        "model": str(STANDIN),
+        "dataset": "gsm8k_sample",
+        "max_steps": 2,
+        "eval_n": 4,
+        "eval_every": 0,
+    }
+    assert MathConfig.for_device("cuda").to_dict() == {
+        **MathConfig(device="cuda").to_dict(),
+        **MathConfig.PRESETS["gpu"],
+    }
     flags = [f"--{key.replace('_', '-')}={value}" for key, value in values.items()]
     dtype = "bfloat16" if cpu_bf16() else "float32"
     return [*flags, "--device", "cpu", "--dtype", dtype, "--allow-eval-overlap", "true"]
@@ -109,8 +121,12 @@ def test_the_gpu_lesson_runs_on_the_standin_then_evaluates(backend, standin, tmp
         pytest.importorskip("trl")
     _, tokenizer = standin
     out = tmp_path / backend
-    assert main(["math", *gpu_lesson_flags(), "--backend", backend, "--no-progress",
-                 "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            ["math", *gpu_lesson_flags(), "--backend", backend, "--no-progress", "--out", str(out)]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 2 and summary["eval_n"] == 4
     # the stand-in answers its 20 problems greedily: a score above 0 means that the chat
@@ -143,16 +159,25 @@ def test_reward_functions_see_the_dataset_prompt_on_both_backends(standin, tmp_p
         return prompt_seen
 
     cfg = dataclasses.replace(
-        MathConfig.for_device("cuda", model=str(STANDIN), prompts_per_step=2, num_generations=2,
-                              gradient_accumulation_steps=1, max_completion_length=8,
-                              max_steps=1, beta=0.0),
-        device="cpu", dtype="float32",
-    )  # fmt: skip
+        MathConfig.for_device(
+            "cuda",
+            model=str(STANDIN),
+            prompts_per_step=2,
+            num_generations=2,
+            gradient_accumulation_steps=1,
+            max_completion_length=8,
+            max_steps=1,
+            beta=0.0,
+        ),
+        device="cpu",
+        dtype="float32",
+    )
     rows = ROWS[:2]
     model, tokenizer = load_model(str(STANDIN), torch.device("cpu"))
     LMGRPOTrainer(cfg, model, tokenizer, [recorder("ours")]).step(rows)
-    trainer, _ = make_trl_trainer(cfg, model, tokenizer, rows, str(tmp_path),
-                                  reward_funcs=[recorder("trl")])  # fmt: skip
+    trainer, _ = make_trl_trainer(
+        cfg, model, tokenizer, rows, str(tmp_path), reward_funcs=[recorder("trl")]
+    )
     trainer.train()
     questions = {row["prompt"] for row in rows}
     assert set(seen["ours"]) == questions and set(seen["trl"]) == questions

@@ -38,8 +38,10 @@ def test_seeded_and_refuses_bad_input():
         bootstrap_ci([1.0, 2.0], confidence=1.0)
 
 
-@given(st.lists(st.floats(0.1, 1e6), min_size=1, max_size=8),
-       st.lists(st.floats(0.1, 1e6), min_size=1, max_size=8))  # fmt: skip
+@given(
+    st.lists(st.floats(0.1, 1e6), min_size=1, max_size=8),
+    st.lists(st.floats(0.1, 1e6), min_size=1, max_size=8),
+)
 def test_the_interval_lies_within_the_resampled_range(values, baseline):
     est, low, high = bootstrap_ci(values, baseline, resamples=500)
     lowest, highest = min(values) / max(baseline), max(values) / min(baseline)
@@ -51,7 +53,10 @@ def test_difference_of_two_samples_by_hand():
     """With ``difference`` the estimate is stat(values) - stat(baseline); a resample of [0, 1]
     has mean 0, 0.5 or 1, so the difference from a constant 0.25 lies in [-0.25, 0.75]."""
     assert bootstrap_ci([1.0, 1.0], [0.25, 0.25], stat=np.mean, difference=True) == (
-        0.75, 0.75, 0.75)  # fmt: skip
+        0.75,
+        0.75,
+        0.75,
+    )
     estimate, low, high = bootstrap_ci([0.0, 1.0], [0.25] * 3, stat=np.mean, difference=True)
     assert estimate == pytest.approx(0.25) and low == pytest.approx(-0.25)
     assert high == pytest.approx(0.75)
@@ -64,9 +69,17 @@ def test_difference_of_two_samples_by_hand():
 
 @pytest.mark.parametrize(
     "p, df, table",  # two-sided 95% and one-sided 95% critical values of any t table
-    [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 4, 2.776), (0.975, 10, 2.228),
-     (0.975, 30, 2.042), (0.95, 1, 6.314), (0.95, 5, 2.015), (0.995, 3, 5.841)],
-)  # fmt: skip
+    [
+        (0.975, 1, 12.706),
+        (0.975, 2, 4.303),
+        (0.975, 4, 2.776),
+        (0.975, 10, 2.228),
+        (0.975, 30, 2.042),
+        (0.95, 1, 6.314),
+        (0.95, 5, 2.015),
+        (0.995, 3, 5.841),
+    ],
+)
 def test_t_quantile_matches_the_tables(p, df, table):
     assert t_quantile(p, df) == pytest.approx(table, abs=6e-4)
     assert t_quantile(1 - p, df) == pytest.approx(-t_quantile(p, df))

@@ -51,10 +51,24 @@ def test_two_cpu_ranks_under_torchrun(tmp_path, capsys):
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "-m", "grpo_minimal", *RUN, "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "grpo_minimal",
+            *RUN,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, done.stdout  # rank 0 alone prints the summary
@@ -107,9 +121,13 @@ def test_trl_overrides_need_the_trl_backend(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("card", "capability", "dtype"),
-    [("T4", (7, 5), "float16"), ("V100", (7, 0), "float16"), ("A100", (8, 0), "bfloat16"),
-     ("H100", (9, 0), "bfloat16")],
-)  # fmt: skip
+    [
+        ("T4", (7, 5), "float16"),
+        ("V100", (7, 0), "float16"),
+        ("A100", (8, 0), "bfloat16"),
+        ("H100", (9, 0), "bfloat16"),
+    ],
+)
 def test_gpu_precision_follows_the_compute_capability(monkeypatch, card, capability, dtype):
     """A T4 or V100 emulates bfloat16 (``torch.cuda.is_bf16_supported()`` still says True in
     torch 2.13): it gets float16 with loss scaling, in our trainer and in TRL's alike."""
@@ -121,15 +139,19 @@ def test_gpu_precision_follows_the_compute_capability(monkeypatch, card, capabil
     asked = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # emulation counts
-    monkeypatch.setattr(torch.cuda, "get_device_capability",
-                        lambda device=None: asked.append(device) or capability)  # fmt: skip
+    monkeypatch.setattr(
+        torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or capability
+    )
     expected = getattr(torch, dtype)
     assert pick_dtype(torch.device("cuda", 1)) == expected
     assert asked == [torch.device("cuda", 1)]  # the device asked for, not the current one
     assert grad_scaler(torch.device("cpu"), expected).is_enabled() == (dtype == "float16")
     values = trl_config_values(MathConfig(device="auto"), "out", processes=1)
     assert (values["use_cpu"], values["bf16"], values["fp16"]) == (
-        False, dtype == "bfloat16", dtype == "float16")  # fmt: skip
+        False,
+        dtype == "bfloat16",
+        dtype == "float16",
+    )
 
 
 def test_trl_on_the_cpu_computes_in_float32():

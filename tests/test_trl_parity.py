@@ -47,13 +47,23 @@ def tiny():
 
 def trl_trainer(tiny, tmp_path_factory, reward_funcs=None, **cfg_overrides):
     model, tokenizer = tiny
-    cfg = MathConfig(model=str(TINY_MODEL), device="cpu", max_completion_length=MAX_COMPLETION,
-                     prompts_per_step=2, num_generations=4, **cfg_overrides)  # fmt: skip
+    cfg = MathConfig(
+        model=str(TINY_MODEL),
+        device="cpu",
+        max_completion_length=MAX_COMPLETION,
+        prompts_per_step=2,
+        num_generations=4,
+        **cfg_overrides,
+    )
     trl_model, _ = load_model(str(TINY_MODEL), torch.device("cpu"))
     trainer, _ = make_trl_trainer(
-        cfg, trl_model, tokenizer, ROWS, str(tmp_path_factory.mktemp("trl")),
+        cfg,
+        trl_model,
+        tokenizer,
+        ROWS,
+        str(tmp_path_factory.mktemp("trl")),
         reward_funcs=reward_funcs or [lambda completions, **kw: [0.0] * len(completions)],
-    )  # fmt: skip
+    )
     trainer.model.eval()  # eval mode: no gradient-accumulation scaling inside _compute_loss
     return trainer
 
@@ -66,8 +76,9 @@ def batch(tiny):
     """
     model, tokenizer = tiny
     gen = torch.Generator().manual_seed(0)
-    enc = tokenizer([r["prompt"] for r in ROWS], return_tensors="pt", padding=True,
-                    add_special_tokens=False)  # fmt: skip
+    enc = tokenizer(
+        [r["prompt"] for r in ROWS], return_tensors="pt", padding=True, add_special_tokens=False
+    )
     digits = torch.tensor(tokenizer.convert_tokens_to_ids(list("0123456789")))
     completion = digits[torch.randint(0, 10, (8, MAX_COMPLETION), generator=gen)]
     for row, eos_at in enumerate([1, 2, 3, 4, 4, 2, 3, 4]):  # EOS position; one row has none
@@ -97,14 +108,19 @@ def our_loss(model, batch, cfg: dict, share_prompts: bool):
     model.zero_grad()
     logps, _ = completion_logps(model, batch["rollout"], share_prompts=share_prompts)
     loss, _ = grpo_loss(
-        logps, batch["old_per_token_logps"],
+        logps,
+        batch["old_per_token_logps"],
         batch["ref_per_token_logps"] if cfg["beta"] > 0 else None,
-        batch["advantages"], batch["completion_mask"],
-        beta=cfg["beta"], epsilon=0.2, epsilon_high=cfg["epsilon_high"],
-        loss_type=cfg["loss_type"], max_completion_length=MAX_COMPLETION,
+        batch["advantages"],
+        batch["completion_mask"],
+        beta=cfg["beta"],
+        epsilon=0.2,
+        epsilon_high=cfg["epsilon_high"],
+        loss_type=cfg["loss_type"],
+        max_completion_length=MAX_COMPLETION,
         num_items_in_batch=batch["num_items_in_batch"],
         use_bias_correction_kl=cfg["use_bias_correction_kl"],
-    )  # fmt: skip
+    )
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
@@ -210,8 +226,9 @@ def test_advantages_match_trl(scale_rewards, tiny, tmp_path_factory):
     gen = torch.Generator().manual_seed(1)
     rewards = torch.randint(0, 3, (8,), generator=gen).float()
     rewards[4:] = 1.0  # the second group has zero std: advantages 0, never NaN
-    trainer = trl_trainer(tiny, tmp_path_factory, [recorded_rewards(rewards.tolist())],
-                          scale_rewards=scale_rewards)  # fmt: skip
+    trainer = trl_trainer(
+        tiny, tmp_path_factory, [recorded_rewards(rewards.tolist())], scale_rewards=scale_rewards
+    )
     inputs = [ROWS[i // 4] for i in range(8)]  # TRL's order: consecutive groups of G=4
     out = trainer._generate_and_score_completions(inputs)
     ours = group_advantages(rewards, 4, scale_rewards)
@@ -221,8 +238,9 @@ def test_advantages_match_trl(scale_rewards, tiny, tmp_path_factory):
 @pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
 def test_none_rewards_are_ignored_like_trl(scale_rewards, tiny, tmp_path_factory):
     values = [1.0, None, 0.0, 1.0, 0.5, 0.5, None, 2.0]
-    trainer = trl_trainer(tiny, tmp_path_factory, [recorded_rewards(values)],
-                          scale_rewards=scale_rewards)  # fmt: skip
+    trainer = trl_trainer(
+        tiny, tmp_path_factory, [recorded_rewards(values)], scale_rewards=scale_rewards
+    )
     out = trainer._generate_and_score_completions([ROWS[i // 4] for i in range(8)])
     rewards = torch.tensor([float("nan") if v is None else v for v in values])
     ours = group_advantages(rewards, 4, scale_rewards)
@@ -233,9 +251,16 @@ def test_none_rewards_are_ignored_like_trl(scale_rewards, tiny, tmp_path_factory
 def test_trl_config_has_our_settings(tmp_path):
     from grpo_minimal.trl_bridge import trl_grpo_config
 
-    cfg = MathConfig(device="cpu", gradient_accumulation_steps=4, num_iterations=2, beta=0.1,
-                     epsilon_high=0.28, loss_type="bnpo", use_bias_correction_kl=True,
-                     ref_update_every=3)  # fmt: skip
+    cfg = MathConfig(
+        device="cpu",
+        gradient_accumulation_steps=4,
+        num_iterations=2,
+        beta=0.1,
+        epsilon_high=0.28,
+        loss_type="bnpo",
+        use_bias_correction_kl=True,
+        ref_update_every=3,
+    )
     args = trl_grpo_config(cfg, str(tmp_path))
     # TRL counts optimizer steps (num_iterations per sampled batch): the reference is refreshed
     # every 3 of our steps = every 6 of TRL's

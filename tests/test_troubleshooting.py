@@ -52,8 +52,13 @@ def test_a_batch_that_does_not_split_is_refused():
     from trl import GRPOConfig as TRLGRPOConfig
 
     with pytest.raises(ValueError, match="divisible by num_generations"):
-        TRLGRPOConfig(output_dir="unused", use_cpu=True, per_device_train_batch_size=6,
-                      num_generations=4, report_to="none")  # fmt: skip
+        TRLGRPOConfig(
+            output_dir="unused",
+            use_cpu=True,
+            per_device_train_batch_size=6,
+            num_generations=4,
+            report_to="none",
+        )
 
 
 def test_bf16_on_a_cpu_changes_the_log_probs():

@@ -16,11 +16,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.skipif(os.environ.get("GRPO_WHEEL_SMOKE") != "1",
-                    reason="make test runs it (GRPO_WHEEL_SMOKE=1): building and installing the "
-                    "wheel takes minutes")  # fmt: skip
+@pytest.mark.skipif(
+    os.environ.get("GRPO_WHEEL_SMOKE") != "1",
+    reason="make test runs it (GRPO_WHEEL_SMOKE=1): building and installing the "
+    "wheel takes minutes",
+)
 def test_the_wheel_takes_every_road_from_an_empty_folder():
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "wheel_smoke.py")],
-                          capture_output=True, text=True, timeout=3600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "wheel_smoke.py")],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
     assert done.stdout.strip().endswith("wheel smoke: passed")

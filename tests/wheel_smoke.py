@@ -86,8 +86,9 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
     # nothing of the caller's venv or pytest run (make test runs this from an xdist worker)
     skip = ("VIRTUAL_ENV", "PYTHON", "PYTEST_")
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
-    base_env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
-                    MKL_NUM_THREADS="1")  # fmt: skip
+    base_env.update(
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"
+    )
     # --no-compile: no byte-compiling of every installed module (a minute of CPU); Python compiles
     # what it imports
     pip_quiet = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
@@ -96,8 +97,11 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
     dist = work / "dist"
     # --no-isolation: the build backend is this venv's setuptools (pyproject's floor holds; the
     # [dev] extra installs `build`), not one downloaded into a fresh build env for each build
-    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)],
-        ROOT, base_env)  # fmt: skip
+    run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+        ROOT,
+        base_env,
+    )
     (wheel,) = dist.glob("grpo_minimal-*.whl")
     venv = work / "venv"
     run([sys.executable, "-m", "venv", str(venv)], work, base_env)
@@ -112,12 +116,22 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
     cli = [str(venv / "bin" / "grpo-minimal")]
     # 1. every command once, from an empty folder
     run([*cli, "cartpole", "--total-env-steps", "3000", "--out", "cp", "--no-progress"], empty, env)
-    summary(run([*cli, "evaluate", "cartpole", "--policy", "cp/policy.pt", "--episodes", "5"],
-                empty, env))  # fmt: skip
+    summary(
+        run(
+            [*cli, "evaluate", "cartpole", "--policy", "cp/policy.pt", "--episodes", "5"],
+            empty,
+            env,
+        )
+    )
     math = ["math", "--max-steps", "3", "--eval-n", "100", "--no-progress"]
     wheel_run = summary(run([*cli, *math, "--out", "m"], empty, env))
-    checkout_run = summary(run([sys.executable, "-m", "grpo_minimal", *math, "--out",
-                                str(work / "checkout-m")], ROOT, base_env))  # fmt: skip
+    checkout_run = summary(
+        run(
+            [sys.executable, "-m", "grpo_minimal", *math, "--out", str(work / "checkout-m")],
+            ROOT,
+            base_env,
+        )
+    )
     for key in ("accuracy_before", "accuracy_after", "eval_n", "steps"):
         if wheel_run[key] != checkout_run[key]:
             sys.exit(
@@ -127,10 +141,29 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
     n = str(wheel_run["eval_n"])
     evaluated = summary(run([*cli, "evaluate", "math", "--model", "m", "--n", n], empty, env))
     if evaluated["accuracy"] != wheel_run["accuracy_after"]:
-        sys.exit(f"wheel smoke: evaluate math gave {evaluated} after a run that reported "
-                 f"{wheel_run['accuracy_after']}")  # fmt: skip
-    run([*cli, "math", "--dataset", "reasoning", "--model", "tiny-reasoning", "--max-steps", "2",
-         "--eval-n", "20", "--out", "r", "--no-progress"], empty, env)  # fmt: skip
+        sys.exit(
+            f"wheel smoke: evaluate math gave {evaluated} after a run that reported "
+            f"{wheel_run['accuracy_after']}"
+        )
+    run(
+        [
+            *cli,
+            "math",
+            "--dataset",
+            "reasoning",
+            "--model",
+            "tiny-reasoning",
+            "--max-steps",
+            "2",
+            "--eval-n",
+            "20",
+            "--out",
+            "r",
+            "--no-progress",
+        ],
+        empty,
+        env,
+    )
     run([*cli, "evaluate", "math", "--model", "r", "--n", "20"], empty, env)
 
     # 2. a missing extra is one line naming it
@@ -148,10 +181,24 @@ def smoke(work: Path, skip_notebooks: bool, workers: int) -> None:
             folder.mkdir(parents=True)
             shutil.copy(notebook, folder)
         parallel = ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
-        ran = run([python, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q",
-                   "--durations=0", "--durations-min=5", *parallel, str(alone)],
-                  alone, dict(env, GRPO_QUICK="1"))  # fmt: skip
-        print(ran.stdout[ran.stdout.find("slowest"):].strip() if "slowest" in ran.stdout else "")
+        ran = run(
+            [
+                python,
+                "-m",
+                "pytest",
+                "--nbval-lax",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "--durations=0",
+                "--durations-min=5",
+                *parallel,
+                str(alone),
+            ],
+            alone,
+            dict(env, GRPO_QUICK="1"),
+        )
+        print(ran.stdout[ran.stdout.find("slowest") :].strip() if "slowest" in ran.stdout else "")
 
     # 4. with the labs extra, a solved lab passes its checks, and an instructor's folder (the
     # lab sources copied beside nothing else) builds the lab and grades it full marks

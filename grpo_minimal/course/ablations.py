@@ -112,15 +112,18 @@ def variant_config(
     if name not in VARIANTS:
         raise ValueError(f"variant must be one of {list(VARIANTS)}, got {name!r}")
     if (completions > 0) == (budget_s > 0):
-        raise ValueError(f"give one budget: completions > 0 or budget_s > 0, got {completions}, "
-                         f"{budget_s}")  # fmt: skip
+        raise ValueError(
+            f"give one budget: completions > 0 or budget_s > 0, got {completions}, {budget_s}"
+        )
     values = {**VARIANTS[name], **overrides}
     if completions:
-        per_step = (values.get("prompts_per_step", MathConfig.prompts_per_step)
-                    * values.get("num_generations", MathConfig.num_generations))  # fmt: skip
+        per_step = values.get("prompts_per_step", MathConfig.prompts_per_step) * values.get(
+            "num_generations", MathConfig.num_generations
+        )
         if completions % per_step:
-            raise ValueError(f"completions must be a multiple of {per_step} for {name!r}, "
-                             f"got {completions}")  # fmt: skip
+            raise ValueError(
+                f"completions must be a multiple of {per_step} for {name!r}, got {completions}"
+            )
         values["max_steps"] = completions // per_step
     else:
         values["time_budget_s"] = budget_s
@@ -137,17 +140,22 @@ def run_variant(
     **overrides,
 ) -> dict:
     """Train one variant from the shipped model; returns the record the sweep stores."""
-    cfg = variant_config(name, seed, completions, budget_s, eval_n=len(validation_rows),
-                         **overrides)  # fmt: skip
+    cfg = variant_config(
+        name, seed, completions, budget_s, eval_n=len(validation_rows), **overrides
+    )
     _, history = train_math(cfg, train_rows=train_rows, eval_rows=validation_rows, progress=False)
     return {
-        "variant": name, "overrides": VARIANTS[name] | overrides, "seed": seed,
-        "budget_s": budget_s or None, "completions": completions or None,
-        "steps": history[-1]["step"], "train_s": history[-1]["train_s"],
+        "variant": name,
+        "overrides": VARIANTS[name] | overrides,
+        "seed": seed,
+        "budget_s": budget_s or None,
+        "completions": completions or None,
+        "steps": history[-1]["step"],
+        "train_s": history[-1]["train_s"],
         "validation_before": history[0]["eval_accuracy"],
         "validation_accuracy": history[-1]["eval_accuracy"],
         "validation_n": len(validation_rows),
-    }  # fmt: skip
+    }
 
 
 def budget_of(record: dict) -> str:
@@ -168,7 +176,15 @@ def summarize(runs: Sequence[dict], names: Sequence[str]) -> list[dict]:
             continue
         interval = bootstrap_ci(acc, stat=np.mean)[1:] if len(acc) >= 5 else None
         steps = statistics.median(r["steps"] for r in runs if r["variant"] == name)
-        rows.append({"variant": name, "seeds": len(acc), "steps": steps,
-                     "accuracy": statistics.fmean(acc), "low": min(acc), "high": max(acc),
-                     "interval": interval})  # fmt: skip
+        rows.append(
+            {
+                "variant": name,
+                "seeds": len(acc),
+                "steps": steps,
+                "accuracy": statistics.fmean(acc),
+                "low": min(acc),
+                "high": max(acc),
+                "interval": interval,
+            }
+        )
     return rows

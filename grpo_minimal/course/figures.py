@@ -60,8 +60,15 @@ def plot_intervals(rows: Sequence[dict], runs: Sequence[dict] = (), ax=None, ref
     means = np.array([r["accuracy"] for r in rows])
     low = np.array([r["interval"][0] if r["interval"] else r["accuracy"] for r in rows])
     high = np.array([r["interval"][1] if r["interval"] else r["accuracy"] for r in rows])
-    ax.errorbar(means, y, xerr=[means - low, high - means], fmt="o", color="C0", capsize=3,
-                label="mean, 95% bootstrap interval")  # fmt: skip
+    ax.errorbar(
+        means,
+        y,
+        xerr=[means - low, high - means],
+        fmt="o",
+        color="C0",
+        capsize=3,
+        label="mean, 95% bootstrap interval",
+    )
     for yi, name in zip(y, names, strict=True):
         seeds = [r["validation_accuracy"] for r in runs if r["variant"] == name]
         ax.plot(seeds, [yi - 0.2] * len(seeds), "|", color="grey", ms=6)

@@ -62,16 +62,22 @@ def hedge_target(answer: str) -> str:
 
 
 def cold_start(
-    model, tokenizer, rows: Sequence[dict], seed: int, steps: int = 150,
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    seed: int,
+    steps: int = 150,
     hedge_fraction: float = HEDGE_FRACTION,
-) -> list[float]:  # fmt: skip
+) -> list[float]:
     """Fine-tune ``model`` in place on ``rows`` (equation (52)); a ``hedge_fraction`` of the
     problems, drawn once with ``seed``, get a hedge as their target. Returns the SFT losses."""
     if not 0.0 <= hedge_fraction <= 1.0:
         raise ValueError(f"hedge_fraction must be in [0, 1], got {hedge_fraction}")
     rng = random.Random(seed)
-    targets = [dict(r, target=hedge_target(r["answer"]) if rng.random() < hedge_fraction
-                    else r["answer"]) for r in rows]  # fmt: skip
+    targets = [
+        dict(r, target=hedge_target(r["answer"]) if rng.random() < hedge_fraction else r["answer"])
+        for r in rows
+    ]
     return supervised_finetune(model, tokenizer, targets, steps, key="target", seed=seed)
 
 
@@ -92,8 +98,7 @@ def watch_hedging(record: dict, rollout) -> None:
 def greedy_report(model, tokenizer, rows: Sequence[dict], cfg: MathConfig) -> dict:
     """Greedy strict accuracy and hedge rate on ``rows``."""
     accuracy, completions = evaluate_accuracy(model, tokenizer, rows, cfg)
-    return {"strict_accuracy": accuracy,
-            "hedge_rate": sum(map(is_hedge, completions)) / len(rows)}  # fmt: skip
+    return {"strict_accuracy": accuracy, "hedge_rate": sum(map(is_hedge, completions)) / len(rows)}
 
 
 GRADERS = {"lenient": lenient_accuracy_reward, "strict": accuracy_reward}
@@ -119,20 +124,39 @@ def run_hedging(
         device="cpu", max_completion_length=max_completion_length, eval_n=len(report_rows)
     )
     cold = greedy_report(model, tokenizer, report_rows, base_cfg)
-    result = {"seed": seed, "steps": steps, "max_completion_length": max_completion_length,
-              "cold_start": cold, "runs": {}}  # fmt: skip
+    result = {
+        "seed": seed,
+        "steps": steps,
+        "max_completion_length": max_completion_length,
+        "cold_start": cold,
+        "runs": {},
+    }
     for grader, loss_type in runs:
-        cfg = MathConfig(device="cpu", seed=seed, max_steps=steps, eval_every=0,
-                         max_completion_length=max_completion_length, loss_type=loss_type,
-                         eval_n=len(report_rows))  # fmt: skip
+        cfg = MathConfig(
+            device="cpu",
+            seed=seed,
+            max_steps=steps,
+            eval_every=0,
+            max_completion_length=max_completion_length,
+            loss_type=loss_type,
+            eval_n=len(report_rows),
+        )
         trainer, history = train_math(
-            cfg, copy.deepcopy(model), tokenizer, train_rows, report_rows,
-            reward_funcs=[GRADERS[grader]], progress=False, on_step=watch_hedging,
-        )  # fmt: skip
+            cfg,
+            copy.deepcopy(model),
+            tokenizer,
+            train_rows,
+            report_rows,
+            reward_funcs=[GRADERS[grader]],
+            progress=False,
+            on_step=watch_hedging,
+        )
         steps_logged = history[1:]
         result["runs"][f"{grader}/{loss_type}"] = {
             "greedy": greedy_report(trainer.model, tokenizer, report_rows, cfg),
-            **{key: [round(r[key], 4) if r[key] is not None else None for r in steps_logged]
-               for key in ("hedge_rate", "strict_accuracy", "reward_mean", "wrong_length")},
-        }  # fmt: skip
+            **{
+                key: [round(r[key], 4) if r[key] is not None else None for r in steps_logged]
+                for key in ("hedge_rate", "strict_accuracy", "reward_mean", "wrong_length")
+            },
+        }
     return result

@@ -42,16 +42,34 @@ ALGOS = ("grpo", "ppo")
 
 # Architectures of the Qwen2.5 instruct models (their config.json on the Hugging Face Hub).
 QWEN2_5 = {
-    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                 num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
-                 tie_word_embeddings=True),
-    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                 num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
-                 tie_word_embeddings=True),
-    "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
-               tie_word_embeddings=False),
-}  # fmt: skip
+    "0.5B": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "1.5B": dict(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "7B": dict(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        tie_word_embeddings=False,
+    ),
+}
 
 # Bytes per value: weights, gradients, optimizer state per trained parameter, saved activations,
 # and per logit (a bf16 logit is also kept as the float32 copy the log-softmax runs in).
@@ -118,8 +136,15 @@ def block_linears(config) -> dict[str, tuple[int, int]]:
     """(in, out) of each linear layer of a Qwen2 / Llama decoder block, by its module name."""
     h, i = config.hidden_size, config.intermediate_size
     d_kv = config.num_key_value_heads * (h // config.num_attention_heads)
-    return {"q_proj": (h, h), "k_proj": (h, d_kv), "v_proj": (h, d_kv), "o_proj": (h, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}  # fmt: skip
+    return {
+        "q_proj": (h, h),
+        "k_proj": (h, d_kv),
+        "v_proj": (h, d_kv),
+        "o_proj": (h, h),
+        "gate_proj": (h, i),
+        "up_proj": (h, i),
+        "down_proj": (i, h),
+    }
 
 
 def lora_parameters(config, lora_r: int) -> int:
@@ -233,8 +258,17 @@ def count_update(
                 for key, value in state.items()
                 if key != "step"  # AdamW's step counter: one scalar per tensor
             )
-        rows.append(ModelMemory(role, trained, sum(p.numel() for p in params), _bytes(params),
-                                gradient_bytes, optimizer_bytes, activations[role]))  # fmt: skip
+        rows.append(
+            ModelMemory(
+                role,
+                trained,
+                sum(p.numel() for p in params),
+                _bytes(params),
+                gradient_bytes,
+                optimizer_bytes,
+                activations[role],
+            )
+        )
     return rows
 
 
@@ -307,14 +341,21 @@ def plan_update(
         n = count_parameters(config, head)
         adapter = lora_parameters(config, lora_r) if role == "policy" else 0
         trained_n = adapter or n  # with LoRA only the adapter trains
-        values, logits = activation_values_per_token(config, head, gradient_checkpointing,
-                                                     lora_r if adapter else 0)  # fmt: skip
+        values, logits = activation_values_per_token(
+            config, head, gradient_checkpointing, lora_r if adapter else 0
+        )
         activations = tokens * (values * size["activation"] + logits * size["logit"])
-        rows.append(ModelMemory(
-            role, trained, n + adapter, (n + adapter) * size["weight"],
-            trained_n * size["gradient"] if trained else 0,
-            trained_n * size["optimizer"] if trained else 0, activations if trained else 0,
-        ))  # fmt: skip
+        rows.append(
+            ModelMemory(
+                role,
+                trained,
+                n + adapter,
+                (n + adapter) * size["weight"],
+                trained_n * size["gradient"] if trained else 0,
+                trained_n * size["optimizer"] if trained else 0,
+                activations if trained else 0,
+            )
+        )
     return rows
 
 
@@ -341,10 +382,16 @@ def plan_memory(
     """
     architecture = QWEN2_5[model] if isinstance(model, str) else model
     rows = plan_update(
-        qwen2_config(**architecture), algo, prompts_per_micro_batch * num_generations,
-        prompt_length + completion_length, precision, beta, reward_model, gradient_checkpointing,
+        qwen2_config(**architecture),
+        algo,
+        prompts_per_micro_batch * num_generations,
+        prompt_length + completion_length,
+        precision,
+        beta,
+        reward_model,
+        gradient_checkpointing,
         lora_r,
-    )  # fmt: skip
+    )
     return {
         "rows": [asdict(row) | {"total": row.total} for row in rows],
         "total_gb": sum(row.total for row in rows) / 1e9,

@@ -92,7 +92,9 @@ def run_variant(
         step = record["step"]
         if rollout is not None and sample_every and (step == 1 or step % sample_every == 0):
             first = rollout.completions[: cfg.num_generations]
-            samples.append({"step": step, "prompt": rollout.rows[0]["prompt"], "completions": first})
+            samples.append(
+                {"step": step, "prompt": rollout.rows[0]["prompt"], "completions": first}
+            )
 
     _, history = train_math(
         cfg,
@@ -112,8 +114,11 @@ def run_variant(
         "loss_type": cfg.loss_type,
         "length_penalty": per_token,
         "curves": {key: [_round(r.get(key)) for r in steps] for key in CURVES},
-        "evals": [{"step": r["step"], **{key: _round(r[key]) for key in EVALS}}
-                  for r in history if "eval_accuracy" in r],  # fmt: skip
+        "evals": [
+            {"step": r["step"], **{key: _round(r[key]) for key in EVALS}}
+            for r in history
+            if "eval_accuracy" in r
+        ],
         "samples": samples,
     }
 
@@ -135,8 +140,12 @@ def final_intervals(runs: Sequence[dict], metric: str, baseline: str = "grpo") -
         mine = [r for r in runs if r["variant"] == name]
         before = [r["evals"][0][metric] for r in mine]
         after = [r["evals"][-1][metric] for r in mine]
-        row = {"variant": name, "seeds": len(mine), "before": bootstrap_ci(before, stat=np.mean),
-               "after": bootstrap_ci(after, stat=np.mean)}  # fmt: skip
+        row = {
+            "variant": name,
+            "seeds": len(mine),
+            "before": bootstrap_ci(before, stat=np.mean),
+            "after": bootstrap_ci(after, stat=np.mean),
+        }
         if name != baseline and base:
             row["minus_baseline"] = bootstrap_ci(after, base, stat=np.mean, difference=True)
         rows.append(row)
@@ -150,9 +159,11 @@ def plot_emergence(runs: Sequence[dict], variants: Sequence[str] = ("grpo",), li
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    panels = [("eval_accuracy", "held-out accuracy (greedy)", True),
-              ("reasoning_rate", "completions writing steps (sampled)", False),
-              ("completion_length", "mean completion length, tokens (sampled)", False)]  # fmt: skip
+    panels = [
+        ("eval_accuracy", "held-out accuracy (greedy)", True),
+        ("reasoning_rate", "completions writing steps (sampled)", False),
+        ("completion_length", "mean completion length, tokens (sampled)", False),
+    ]
     for index, name in enumerate(variants):
         mine = [r for r in runs if r["variant"] == name]
         for ax, (key, title, is_eval) in zip(axes, panels, strict=True):
@@ -209,8 +220,9 @@ def completions_explorer(samples: Sequence[dict]):
     import ipywidgets as widgets
 
     steps = [s["step"] for s in samples]
-    slider = widgets.SelectionSlider(options=steps, value=steps[0], description="GRPO step",
-                                     continuous_update=False)  # fmt: skip
+    slider = widgets.SelectionSlider(
+        options=steps, value=steps[0], description="GRPO step", continuous_update=False
+    )
     text = widgets.HTML()
 
     def show(change=None) -> None:

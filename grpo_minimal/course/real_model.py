@@ -29,8 +29,17 @@ MODEL = "smollm2-135m"
 SHOWN = 8
 """Completions kept as text per run: those of the first ``SHOWN`` held-out problems."""
 
-KEPT = ("step", "train_s", "step_s", "reward_mean", "frac_zero_std", "completion_length",
-        "truncated_fraction", "eval_accuracy", "peak_memory_mb")  # fmt: skip
+KEPT = (
+    "step",
+    "train_s",
+    "step_s",
+    "reward_mean",
+    "frac_zero_std",
+    "completion_length",
+    "truncated_fraction",
+    "eval_accuracy",
+    "peak_memory_mb",
+)
 """The history fields a run keeps (one record per step)."""
 
 
@@ -44,8 +53,9 @@ def gguf_tensor_types(path) -> dict[str, dict]:
 
     table: dict[str, dict] = {}
     for tensor in gguf.GGUFReader(str(path)).tensors:
-        row = table.setdefault(tensor.tensor_type.name,
-                               {"tensors": 0, "parameters": 0, "bytes": 0, "names": []})  # fmt: skip
+        row = table.setdefault(
+            tensor.tensor_type.name, {"tensors": 0, "parameters": 0, "bytes": 0, "names": []}
+        )
         row["tensors"] += 1
         row["parameters"] += int(tensor.n_elements)
         row["bytes"] += int(tensor.n_bytes)
@@ -64,9 +74,13 @@ def scored(model, tokenizer, rows: Sequence[dict], cfg: MathConfig) -> dict:
     start = time.perf_counter()
     metrics, completions = evaluate_greedy(model, tokenizer, rows, cfg)
     verdicts = accuracy_reward(completions, [row["answer"] for row in rows])
-    return {"accuracy": metrics["accuracy"], "completion_length": metrics["completion_length"],
-            "correct": [int(v) for v in verdicts], "completions": completions[:SHOWN],
-            "eval_s": round(time.perf_counter() - start, 1)}  # fmt: skip
+    return {
+        "accuracy": metrics["accuracy"],
+        "completion_length": metrics["completion_length"],
+        "correct": [int(v) for v in verdicts],
+        "completions": completions[:SHOWN],
+        "eval_s": round(time.perf_counter() - start, 1),
+    }
 
 
 def run(backend: str, cfg: MathConfig, train_rows: Sequence[dict], held_out: Sequence[dict]):
@@ -79,18 +93,24 @@ def run(backend: str, cfg: MathConfig, train_rows: Sequence[dict], held_out: Seq
         from ..trl_bridge import train_math_trl
 
         with tempfile.TemporaryDirectory() as out:  # TRL writes a checkpoint; not kept
-            trainer, history = train_math_trl(cfg, model, tokenizer, train_rows, held_out, out,
-                                              progress=False)  # fmt: skip
+            trainer, history = train_math_trl(
+                cfg, model, tokenizer, train_rows, held_out, out, progress=False
+            )
     elif backend == "grpo_minimal":
         trainer, history = train_math(cfg, model, tokenizer, train_rows, held_out, progress=False)
     else:
         raise ValueError(f"backend must be 'grpo_minimal' or 'trl', got {backend!r}")
     model = trainer.model
-    record = {"backend": backend, "seed": cfg.seed, "max_steps": cfg.max_steps,
-              "steps": history[-1]["step"], "train_s": history[-1]["train_s"],
-              "time_budget_s": cfg.time_budget_s,
-              "history": [{k: r[k] for k in KEPT if k in r} for r in history],
-              "after": scored(model, tokenizer, held_out, cfg)}  # fmt: skip
+    record = {
+        "backend": backend,
+        "seed": cfg.seed,
+        "max_steps": cfg.max_steps,
+        "steps": history[-1]["step"],
+        "train_s": history[-1]["train_s"],
+        "time_budget_s": cfg.time_budget_s,
+        "history": [{k: r[k] for k in KEPT if k in r} for r in history],
+        "after": scored(model, tokenizer, held_out, cfg),
+    }
     return record, model, tokenizer
 
 
@@ -125,13 +145,24 @@ def summary(results: dict) -> dict[str, dict]:
     steps = results.get("config", {}).get("max_steps")
     out = {}
     for backend in ("grpo_minimal", "trl"):
-        runs = sorted((r for r in results["runs"] if r["backend"] == backend and
-                       steps in (None, r["max_steps"])), key=lambda r: r["seed"])  # fmt: skip
+        runs = sorted(
+            (
+                r
+                for r in results["runs"]
+                if r["backend"] == backend and steps in (None, r["max_steps"])
+            ),
+            key=lambda r: r["seed"],
+        )
         if not runs:
             continue
         after = [r["after"]["accuracy"] for r in runs]
-        row = {"seeds": [r["seed"] for r in runs], "before": start["accuracy"], "after": after,
-               "steps": [r["steps"] for r in runs], "train_s": [r["train_s"] for r in runs]}  # fmt: skip
+        row = {
+            "seeds": [r["seed"] for r in runs],
+            "before": start["accuracy"],
+            "after": after,
+            "steps": [r["steps"] for r in runs],
+            "train_s": [r["train_s"] for r in runs],
+        }
         if len(runs) >= 2:
             row["difference"] = t_interval(np.asarray(after) - start["accuracy"])
             verdicts = np.array([r["after"]["correct"] for r in runs])
@@ -150,8 +181,10 @@ def lora_comparison(results: dict) -> dict:
     short runs with a reference (``beta > 0``), per method."""
     out: dict = {"start": results["start"]["accuracy"], "reference_peak_mb": {}}
     for method in ("full", "lora"):
-        runs = sorted((r for r in results["runs"] if r["method"] == method and "after" in r),
-                      key=lambda r: r["seed"])  # fmt: skip
+        runs = sorted(
+            (r for r in results["runs"] if r["method"] == method and "after" in r),
+            key=lambda r: r["seed"],
+        )
         out[method] = {
             "seeds": [r["seed"] for r in runs],
             "accuracy": [r["after"]["accuracy"] for r in runs],
@@ -161,7 +194,7 @@ def lora_comparison(results: dict) -> dict:
             "steps": runs[0]["steps"],
             "step_s": [r["mean_step_s"] for r in runs],
             "peak_memory_mb": [r["peak_memory_mb"] for r in runs],
-        }  # fmt: skip
+        }
         for r in results["runs"]:
             if r["method"] == method and r["beta"] > 0:
                 out["reference_peak_mb"][method] = r["peak_memory_mb"]
@@ -184,8 +217,13 @@ def plot_reward_curves(results: dict, ax, window: int = 5) -> None:
         if len(rewards) < window:
             continue
         smooth = np.convolve(rewards, np.ones(window) / window, mode="valid")
-        ax.plot(steps[window - 1 :], smooth, styles[r["backend"]], color=f"C{r['seed']}",
-                label=f"{r['backend']}, seed {r['seed']}")  # fmt: skip
+        ax.plot(
+            steps[window - 1 :],
+            smooth,
+            styles[r["backend"]],
+            color=f"C{r['seed']}",
+            label=f"{r['backend']}, seed {r['seed']}",
+        )
     ax.set_xlabel("step")
     ax.set_ylabel(f"training reward (mean of {window} steps)")
     ax.legend(fontsize="small")

@@ -129,8 +129,13 @@ def think_probability(model, tokenizer, prompts: Sequence[str]) -> float:
     think = tokenizer.convert_tokens_to_ids("<think>")
     if think is None or think == tokenizer.unk_token_id:
         raise ValueError("the tokenizer has no <think> token")
-    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left",
-                    add_special_tokens=False)  # fmt: skip
+    enc = tokenizer(
+        list(prompts),
+        return_tensors="pt",
+        padding=True,
+        padding_side="left",
+        add_special_tokens=False,
+    )
     device = next(model.parameters()).device
     input_ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # left padding changes nothing

@@ -42,12 +42,15 @@ class RFTTrainer(LMGRPOTrainer):
     threshold = 1.0  # the accuracy reward is 1 for a correct answer
 
     def __init__(self, cfg, *args, **kwargs) -> None:
-        wrong = {name: getattr(cfg, name) for name, value in
-                 (("beta", 0.0), ("loss_type", "dapo"), ("num_iterations", 1))
-                 if getattr(cfg, name) != value}  # fmt: skip
+        wrong = {
+            name: getattr(cfg, name)
+            for name, value in (("beta", 0.0), ("loss_type", "dapo"), ("num_iterations", 1))
+            if getattr(cfg, name) != value
+        }
         if wrong:
-            raise ValueError(f"RFTTrainer needs beta=0.0, loss_type='dapo' and num_iterations=1,"
-                             f" got {wrong}")  # fmt: skip
+            raise ValueError(
+                f"RFTTrainer needs beta=0.0, loss_type='dapo' and num_iterations=1, got {wrong}"
+            )
         super().__init__(cfg, *args, **kwargs)
 
     def advantages(

@@ -64,8 +64,10 @@ def supervised_finetune(
     """``steps`` AdamW steps on L_SFT (52) over random batches of ``rows[i][key]``; returns the
     losses."""
     if steps < 0 or batch_size < 1 or not rows:
-        raise ValueError(f"need steps >= 0, batch_size >= 1 and rows, got {steps}, {batch_size}, "
-                         f"{len(rows)} rows")  # fmt: skip
+        raise ValueError(
+            f"need steps >= 0, batch_size >= 1 and rows, got {steps}, {batch_size}, "
+            f"{len(rows)} rows"
+        )
     rng, rows = random.Random(seed), list(rows)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     device = next(model.parameters()).device

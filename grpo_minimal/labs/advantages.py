@@ -268,15 +268,23 @@ GROUP_MISTAKES = [
     ),
     Mistake(_without_keepdim, _keepdim_hint("mean")),
     Mistake(_cast_back, CAST_BACK_HINT),
-]  # fmt: skip
+]
 
 RLOO_MISTAKES = [
-    Mistake(lambda rewards, num_generations: package.rloo_advantages(rewards, num_generations)
-            .view(-1, num_generations), NOT_FLAT_HINT),
-    Mistake(lambda rewards, num_generations: package.rloo_advantages(rewards, num_generations)
-            .to(rewards.dtype), CAST_BACK_HINT),
+    Mistake(
+        lambda rewards, num_generations: package.rloo_advantages(rewards, num_generations).view(
+            -1, num_generations
+        ),
+        NOT_FLAT_HINT,
+    ),
+    Mistake(
+        lambda rewards, num_generations: package.rloo_advantages(rewards, num_generations).to(
+            rewards.dtype
+        ),
+        CAST_BACK_HINT,
+    ),
     Mistake(_rloo_without_keepdim, _keepdim_hint("sum")),
-]  # fmt: skip
+]
 
 
 def check_group_advantages(fn: Callable, seed: int | None = None) -> None:
@@ -300,12 +308,22 @@ def check_std_question(advantage_population: float, advantage_sample: float) -> 
     population = package.population_std_advantages(rewards, 4)[0].item()
     sample = package.group_advantages(rewards, 4)[0].item()
     for name, got, expected, other, hint in [
-        ("advantage of a correct answer, population std", advantage_population, population,
-         sample, "the population std divides the squared deviations by G: "
-         "torch.std(..., unbiased=False)"),
-        ("advantage of a correct answer, sample std", advantage_sample, sample, population,
-         "the sample (Bessel-corrected) std divides by G-1, as torch.std and TRL do"),
-    ]:  # fmt: skip
+        (
+            "advantage of a correct answer, population std",
+            advantage_population,
+            population,
+            sample,
+            "the population std divides the squared deviations by G: "
+            "torch.std(..., unbiased=False)",
+        ),
+        (
+            "advantage of a correct answer, sample std",
+            advantage_sample,
+            sample,
+            population,
+            "the sample (Bessel-corrected) std divides by G-1, as torch.std and TRL do",
+        ),
+    ]:
         check_answer(name, got, expected, _std_hint(got, other) or hint)
 
 

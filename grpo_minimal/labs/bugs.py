@@ -429,8 +429,13 @@ def _measured(
         return lambda *a, **k: probe(function, *a, **k)
 
     with torch_threads(1):
-        run_cases(probed(learner), name, cases, probed(reference),
-                  mistakes=[Mistake(probed(m.fn), m.hint) for m in mistakes])  # fmt: skip
+        run_cases(
+            probed(learner),
+            name,
+            cases,
+            probed(reference),
+            mistakes=[Mistake(probed(m.fn), m.hint) for m in mistakes],
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -648,11 +653,13 @@ def _fields_swapped(policy, prompts, reward_fn, num_generations):
 
 
 ROLLOUT_MISTAKES = [
-    Mistake(_fields_swapped,
-            "Rollout's fields are (prompts, completions, rewards, advantages), in this order: "
-            "the rewards and the advantages went into each other's places (pass them by "
-            "keyword, Rollout(..., rewards=rewards, advantages=advantages))"),
-]  # fmt: skip
+    Mistake(
+        _fields_swapped,
+        "Rollout's fields are (prompts, completions, rewards, advantages), in this order: "
+        "the rewards and the advantages went into each other's places (pass them by "
+        "keyword, Rollout(..., rewards=rewards, advantages=advantages))",
+    ),
+]
 
 
 def check_make_rollout(fn: Callable, seed: int | None = None) -> None:
@@ -736,10 +743,14 @@ def advantage_twins(seed: int) -> list[Case]:
 
 # lab 01's mistakes of group_advantages, for this exercise's signature (no scale_rewards)
 GROUP_MISTAKES = [
-    Mistake(lambda rewards, num_generations, eps=1e-4, wrong=m.fn: wrong(
-        rewards, num_generations, "group", eps), m.hint)
+    Mistake(
+        lambda rewards, num_generations, eps=1e-4, wrong=m.fn: wrong(
+            rewards, num_generations, "group", eps
+        ),
+        m.hint,
+    )
     for m in lab01_checks.GROUP_MISTAKES
-]  # fmt: skip
+]
 
 
 def check_group_advantages(fn: Callable, seed: int | None = None) -> None:
@@ -1053,8 +1064,17 @@ def _update_without_zero_grad(policy, ref_policy, optimizer, rollout, **kwargs):
     return grpo_update(policy, ref_policy, _GradientsKept(optimizer), rollout, **kwargs)
 
 
-def _wrong_update(policy, ref_policy, optimizer, rollout, num_iterations=1, beta=0.04,
-                  epsilon=0.2, *, mistake: str):  # fmt: skip
+def _wrong_update(
+    policy,
+    ref_policy,
+    optimizer,
+    rollout,
+    num_iterations=1,
+    beta=0.04,
+    epsilon=0.2,
+    *,
+    mistake: str,
+):
     """``grpo_update`` with one ``mistake`` learners make: "no step" (zero_grad between backward
     and step wipes the gradient), "pi_old / pi" (the ratio upside down), "loss sign" (+L_clip
     minimised), "clipped only" (clip(ratio) * A without the min), "one step short"."""
@@ -1070,8 +1090,11 @@ def _wrong_update(policy, ref_policy, optimizer, rollout, num_iterations=1, beta
         log_ratio = old_logps - logps if mistake == "pi_old / pi" else logps - old_logps
         ratio = torch.exp(log_ratio)
         clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon)
-        surrogate = clipped * advantages if mistake == "clipped only" else torch.min(
-            ratio * advantages, clipped * advantages)  # fmt: skip
+        surrogate = (
+            clipped * advantages
+            if mistake == "clipped only"
+            else torch.min(ratio * advantages, clipped * advantages)
+        )
         sign = 1.0 if mistake == "loss sign" else -1.0
         loss = sign * surrogate.mean() + beta * kl_penalty(logps, ref_logps)
         optimizer.zero_grad()
@@ -1088,26 +1111,38 @@ def _update_with(mistake: str) -> Callable:
 
 
 UPDATE_MISTAKES = [
-    Mistake(_update_without_zero_grad,
-            "call optimizer.zero_grad() before each loss.backward(): backward ADDS to the "
-            "gradients the previous update left, so from the second update on each step also "
-            "carries the old gradients"),
-    Mistake(_update_with("no step"),
-            "the policy never moved: each update is optimizer.zero_grad(), then "
-            "loss.backward(), then optimizer.step() (a zero_grad between backward and step "
-            "wipes the gradient; without step nothing changes)"),
-    Mistake(_update_with("pi_old / pi"),
-            "the ratio is pi / pi_old = exp(logps - old_logps), equation (5); "
-            "exp(old_logps - logps) is its inverse"),
-    Mistake(_update_with("loss sign"),
-            "the loss is -L_clip + beta * KL, equation (8): minimising it maximises the "
-            "surrogate; with +L_clip the policy moves away from the high-advantage completions"),
-    Mistake(_update_with("clipped only"),
-            "the surrogate is torch.min(ratio * A, clipped * A), equation (6): clipped * A "
-            "alone drops the unclipped term, and the gradient is zero wherever the clip holds"),
-    Mistake(_update_with("one step short"),
-            "num_iterations updates, one ratio each: for _ in range(num_iterations)"),
-]  # fmt: skip
+    Mistake(
+        _update_without_zero_grad,
+        "call optimizer.zero_grad() before each loss.backward(): backward ADDS to the "
+        "gradients the previous update left, so from the second update on each step also "
+        "carries the old gradients",
+    ),
+    Mistake(
+        _update_with("no step"),
+        "the policy never moved: each update is optimizer.zero_grad(), then "
+        "loss.backward(), then optimizer.step() (a zero_grad between backward and step "
+        "wipes the gradient; without step nothing changes)",
+    ),
+    Mistake(
+        _update_with("pi_old / pi"),
+        "the ratio is pi / pi_old = exp(logps - old_logps), equation (5); "
+        "exp(old_logps - logps) is its inverse",
+    ),
+    Mistake(
+        _update_with("loss sign"),
+        "the loss is -L_clip + beta * KL, equation (8): minimising it maximises the "
+        "surrogate; with +L_clip the policy moves away from the high-advantage completions",
+    ),
+    Mistake(
+        _update_with("clipped only"),
+        "the surrogate is torch.min(ratio * A, clipped * A), equation (6): clipped * A "
+        "alone drops the unclipped term, and the gradient is zero wherever the clip holds",
+    ),
+    Mistake(
+        _update_with("one step short"),
+        "num_iterations updates, one ratio each: for _ in range(num_iterations)",
+    ),
+]
 
 
 def check_grpo_update(fn: Callable, seed: int | None = None) -> None:
@@ -1207,8 +1242,10 @@ def bug_table(functions: Mapping[str, Callable] | None = None, **kwargs) -> str:
     turn; then the seeds' whole trainer and (if given) ``functions``. One row each: the
     expected reward at the end, the KL to the reference, generate calls, seconds."""
     rows = [("all five fixed (reference)", REFERENCE_TRAINER)]
-    rows += [(f"only {name} as the seed wrote it", {**REFERENCE_TRAINER, name: SEED_TRAINER[name]})
-             for name in EXERCISES]  # fmt: skip
+    rows += [
+        (f"only {name} as the seed wrote it", {**REFERENCE_TRAINER, name: SEED_TRAINER[name]})
+        for name in EXERCISES
+    ]
     rows.append(("the seeds' trainer (all five bugs)", SEED_TRAINER))
     if functions is not None:
         rows.append(("your trainer", functions))

@@ -65,9 +65,10 @@ def graded_problems(seed: int) -> tuple[dict, ...]:
     rows = []
     for op, count in GRADED_COUNTS.items():
         unseen = [
-            r for r in make_arithmetic.all_problems(op)
+            r
+            for r in make_arithmetic.all_problems(op)
             if make_arithmetic.problem_key(r["prompt"]) not in seen
-        ]  # fmt: skip
+        ]
         keys: set = set()
         unique = []
         for row in unseen:  # one of a+b / b+a
@@ -82,19 +83,38 @@ def graded_problems(seed: int) -> tuple[dict, ...]:
 def check_config(cfg) -> None:
     """Public: the run stays within the budget, on the tiny model and the arithmetic mix."""
     if not isinstance(cfg, MathConfig):
-        raise failure("capstone_config", "capstone_config()", "a MathConfig", cfg,
-                      "return MathConfig(dataset='arithmetic_mix', ...) with your settings")  # fmt: skip
+        raise failure(
+            "capstone_config",
+            "capstone_config()",
+            "a MathConfig",
+            cfg,
+            "return MathConfig(dataset='arithmetic_mix', ...) with your settings",
+        )
     spent = cfg.max_steps * cfg.prompts_per_step * cfg.num_generations
     rules = [
-        ("the budget of sampled completions", spent <= BUDGET_COMPLETIONS,
-         f"<= {BUDGET_COMPLETIONS}", spent,
-         "max_steps * prompts_per_step * num_generations is what the budget counts"),
-        ("the dataset", cfg.dataset == DATASET, DATASET, cfg.dataset,
-         "the capstone trains on the arithmetic mix"),
+        (
+            "the budget of sampled completions",
+            spent <= BUDGET_COMPLETIONS,
+            f"<= {BUDGET_COMPLETIONS}",
+            spent,
+            "max_steps * prompts_per_step * num_generations is what the budget counts",
+        ),
+        (
+            "the dataset",
+            cfg.dataset == DATASET,
+            DATASET,
+            cfg.dataset,
+            "the capstone trains on the arithmetic mix",
+        ),
         ("the model", cfg.model == "tiny", "tiny", cfg.model, "start from the shipped tiny model"),
-        ("no time limit hides the budget", cfg.time_budget_s == 0, 0.0, cfg.time_budget_s,
-         "the budget is counted in completions; leave time_budget_s at 0"),
-    ]  # fmt: skip
+        (
+            "no time limit hides the budget",
+            cfg.time_budget_s == 0,
+            0.0,
+            cfg.time_budget_s,
+            "the budget is counted in completions; leave time_budget_s at 0",
+        ),
+    ]
     for name, ok, expected, got, hint in rules:
         if not ok:
             raise failure(name, "capstone_config()", expected, got, hint)
@@ -138,18 +158,24 @@ def shipped_model_with_weights_of(model):
             k: torch.as_tensor(v).detach().to(torch.float32).clone() for k, v in state.items()
         }
     except Exception as error:
-        raise failure("the trained model's weights", "model.state_dict()", "the tiny model's "
-                      "weights", f"raised {type(error).__name__}: {str(error)[:100]}",
-                      "keep the model the training cell returns (trainer.model)") from None  # fmt: skip
+        raise failure(
+            "the trained model's weights",
+            "model.state_dict()",
+            "the tiny model's weights",
+            f"raised {type(error).__name__}: {str(error)[:100]}",
+            "keep the model the training cell returns (trainer.model)",
+        ) from None
     wrong = sorted(set(expected) ^ set(weights)) or sorted(
         k for k in expected if tuple(weights[k].shape) != tuple(expected[k].shape)
     )
     if wrong:
-        raise failure("the trained model's weights", "model.state_dict()",
-                      "the shipped tiny model's weights, shape for shape",
-                      f"{len(wrong)} weights differ in name or shape, e.g. {wrong[0]!r}",
-                      "train the shipped tiny model (model='tiny'); its architecture is graded "
-                      "as shipped")  # fmt: skip
+        raise failure(
+            "the trained model's weights",
+            "model.state_dict()",
+            "the shipped tiny model's weights, shape for shape",
+            f"{len(wrong)} weights differ in name or shape, e.g. {wrong[0]!r}",
+            "train the shipped tiny model (model='tiny'); its architecture is graded as shipped",
+        )
     fresh.load_state_dict(weights, strict=True)
     return fresh.eval(), tokenizer
 
@@ -166,8 +192,12 @@ def retrained_model(cfg: MathConfig):
         from grpo_minimal.lm_train import train_math
 
         rows = load_math_rows(DATASET, "train")
-        trainer, _ = train_math(cfg, train_rows=rows[:-VALIDATION_ROWS],
-                                eval_rows=rows[-VALIDATION_ROWS:], progress=False)  # fmt: skip
+        trainer, _ = train_math(
+            cfg,
+            train_rows=rows[:-VALIDATION_ROWS],
+            eval_rows=rows[-VALIDATION_ROWS:],
+            progress=False,
+        )
         _RETRAINED[key] = trainer.model.eval()
     return _RETRAINED[key]
 
@@ -179,8 +209,13 @@ def check_model(model, tokenizer, cfg, target: int, seed: int) -> None:
     (``retrained_model``): the lower gain counts. The measurements go to the feedback file."""
     check_config(cfg)
     if model is None or tokenizer is None:
-        raise failure("the trained model", "model, tokenizer", "the model your run trained",
-                      model, "run the training cell; it sets `model` and `tokenizer`")  # fmt: skip
+        raise failure(
+            "the trained model",
+            "model, tokenizer",
+            "the model your run trained",
+            model,
+            "run the training cell; it sets `model` and `tokenizer`",
+        )
     model, tokenizer = shipped_model_with_weights_of(model)
     accuracy, base = measure_gain(model, tokenizer, cfg, seed)
     gain, goal = 100 * (accuracy - base), GAIN_TARGETS[target]
@@ -192,8 +227,10 @@ def check_model(model, tokenizer, cfg, target: int, seed: int) -> None:
     if gain >= goal:  # the notebook's weights pass: does the config itself train them?
         again_accuracy, _ = measure_gain(retrained_model(cfg), tokenizer, cfg, seed)
         again_gain = 100 * (again_accuracy - base)
-        measured += (f"; the grader's own run of capstone_config(): {100 * again_accuracy:.1f}% "
-                     f"({again_gain:+.1f} points)")  # fmt: skip
+        measured += (
+            f"; the grader's own run of capstone_config(): {100 * again_accuracy:.1f}% "
+            f"({again_gain:+.1f} points)"
+        )
         report(measured)
         if again_gain < goal:
             raise failure(

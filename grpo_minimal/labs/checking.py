@@ -233,8 +233,11 @@ class _Raised:
         return type(error).__name__ == self.kind and str(error) == self.message
 
 
-def _diagnosed(mistakes: Sequence[Mistake], failed: Sequence[tuple[Case, Any, Any]],
-               compare: Callable[[Any, Any], bool]) -> str | None:  # fmt: skip
+def _diagnosed(
+    mistakes: Sequence[Mistake],
+    failed: Sequence[tuple[Case, Any, Any]],
+    compare: Callable[[Any, Any], bool],
+) -> str | None:
     """The hint of the first known mistake that gives what the learner got (and not the
     expected value) on every failing ``(case, got, expected)``, raising the same error where the
     learner's code raised. One case alone may fit a mistake the learner did not make (a single
@@ -304,13 +307,15 @@ def run_cases(
         if failed is None:
             case, got, expected = next(made)
             if isinstance(got, _Raised):
-                failures[index] = failure(case, case.describe_input(), expected, got.text,
-                                          hint or case.hint)  # fmt: skip
+                failures[index] = failure(
+                    case, case.describe_input(), expected, got.text, hint or case.hint
+                )
                 continue
             always_none = all(answer is None for answer in answers)
             stub = "" if none_is_an_answer and not always_none else _explain_none(got)
-            failures[index] = failure(case, case.describe_input(), expected, got,
-                                      hint or case.hint + stub)  # fmt: skip
+            failures[index] = failure(
+                case, case.describe_input(), expected, got, hint or case.hint + stub
+            )
     raise_first(failures, names)
 
 

@@ -293,22 +293,32 @@ def _eos_counted_down_the_batch(completion_ids: torch.Tensor, eos_ids) -> torch.
 
 
 MASK_MISTAKES = [
-    Mistake(_eos_count_at_most_one,
-            "the tokens after the first EOS must be 0: keep a token when NO EOS comes before "
-            "it in its row, (is_eos.cumsum(dim=1) - is_eos) == 0; a count <= 1 also keeps "
-            "what follows the first EOS"),
-    Mistake(_eos_counted_down_the_batch,
-            "count the EOS along each row (dim=1, the tokens of one completion), not down the "
-            "batch (dim=0)"),
-]  # fmt: skip
+    Mistake(
+        _eos_count_at_most_one,
+        "the tokens after the first EOS must be 0: keep a token when NO EOS comes before "
+        "it in its row, (is_eos.cumsum(dim=1) - is_eos) == 0; a count <= 1 also keeps "
+        "what follows the first EOS",
+    ),
+    Mistake(
+        _eos_counted_down_the_batch,
+        "count the EOS along each row (dim=1, the tokens of one completion), not down the "
+        "batch (dim=0)",
+    ),
+]
 
 
 def check_mask_after_eos(fn: Callable, seed: int | None = None) -> None:
     """Equation (15): the hand-made rows and their drawn twins; with the grader's ``seed``, fresh
     twins only."""
     cases = cases_for(MASK_PUBLIC, mask_twins, seed)
-    run_cases(fn, "mask_after_eos", cases, package_mask_after_eos, compare=_same_mask,
-              mistakes=MASK_MISTAKES)  # fmt: skip
+    run_cases(
+        fn,
+        "mask_after_eos",
+        cases,
+        package_mask_after_eos,
+        compare=_same_mask,
+        mistakes=MASK_MISTAKES,
+    )
 
 
 # --- exercise 2: completion_logps, equation (16) --------------------------------------------------
@@ -331,11 +341,14 @@ def make_rollout(
     mask = package_mask_after_eos(ids, [tokenizer.eos_token_id])
     G = num_generations
     return CompletionGroups(
-        enc["input_ids"], enc["attention_mask"], ids, mask,
+        enc["input_ids"],
+        enc["attention_mask"],
+        ids,
+        mask,
         prompts=[p for p in prompts for _ in range(G)],
         completions=[c.replace("$", "") for c in completions],
         rows=[{"prompt": p, "answer": ""} for p in prompts for _ in range(G)],
-    )  # fmt: skip
+    )
 
 
 def _gold(prompt: str) -> int:
@@ -345,17 +358,28 @@ def _gold(prompt: str) -> int:
 
 
 @functools.cache
-def sampled_rollout(seed: int, prompts: tuple[str, ...], num_generations: int, max_new_tokens: int,
-                    temperature: float = 1.0) -> CompletionGroups:  # fmt: skip
+def sampled_rollout(
+    seed: int,
+    prompts: tuple[str, ...],
+    num_generations: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+) -> CompletionGroups:
     """Completions sampled from the tiny model (seeded), as ``sample_completions`` returns them.
     The caller's random state is left as it was."""
     model, tokenizer = _tiny()
     rows = [{"prompt": p, "answer": str(_gold(p))} for p in prompts]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return sample_completions(model, tokenizer, rows, list(prompts),
-                                  num_generations=num_generations, max_new_tokens=max_new_tokens,
-                                  temperature=temperature)  # fmt: skip
+        return sample_completions(
+            model,
+            tokenizer,
+            rows,
+            list(prompts),
+            num_generations=num_generations,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+        )
 
 
 def _describe(rollout: CompletionGroups, temperature: float, extra: str = "") -> str:
@@ -381,8 +405,14 @@ def _logps_view(fn: Callable) -> Callable:
     real completion tokens (padding after EOS set to 0), and with ``with_entropy`` the entropy
     stacked under them; ``requires_grad`` for the case that asks for it."""
 
-    def view(model, rollout: CompletionGroups, temperature: float = 1.0, with_entropy: bool = False,
-             share_prompts: bool = True, part: str = "values"):  # fmt: skip
+    def view(
+        model,
+        rollout: CompletionGroups,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+        share_prompts: bool = True,
+        part: str = "values",
+    ):
         out, carries_gradient = beside(
             fn, _called_noting_gradient, model, rollout, temperature, with_entropy, share_prompts
         )
@@ -567,8 +597,14 @@ _PACKAGE_LOGPS: dict[tuple, tuple] = {}
 caches above, so each is computed once per process."""
 
 
-def _package_logps(model, rollout: CompletionGroups, temperature: float = 1.0, with_entropy: bool = False,
-                   share_prompts: bool = True, part: str = "values"):  # fmt: skip
+def _package_logps(
+    model,
+    rollout: CompletionGroups,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    share_prompts: bool = True,
+    part: str = "values",
+):
     key = (id(model), id(rollout), temperature, with_entropy, share_prompts, part)
     hit = _PACKAGE_LOGPS.get(key)
     if hit is None or hit[0] is not model or hit[1] is not rollout:
@@ -578,19 +614,27 @@ def _package_logps(model, rollout: CompletionGroups, temperature: float = 1.0, w
     return hit[2]
 
 
-def _summed_per_sequence(model, rollout: CompletionGroups, temperature: float = 1.0,
-                         with_entropy: bool = False, share_prompts: bool = True):  # fmt: skip
+def _summed_per_sequence(
+    model,
+    rollout: CompletionGroups,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    share_prompts: bool = True,
+):
     """A mistake: each completion's log-probs summed over its tokens, [N] instead of [N, C]."""
-    logps, entropy = package.completion_logps(model, rollout, temperature, with_entropy,
-                                              share_prompts)  # fmt: skip
+    logps, entropy = package.completion_logps(
+        model, rollout, temperature, with_entropy, share_prompts
+    )
     return (logps * rollout.completion_mask).sum(-1), entropy
 
 
 LOGPS_MISTAKES = [
-    Mistake(_logps_view(_summed_per_sequence),
-            "one log-prob per completion TOKEN, [N, C]: no sum over the tokens (the loss gives "
-            "each token its own ratio and mask; a completion's sum is not what grpo_loss takes)"),
-]  # fmt: skip
+    Mistake(
+        _logps_view(_summed_per_sequence),
+        "one log-prob per completion TOKEN, [N, C]: no sum over the tokens (the loss gives "
+        "each token its own ratio and mask; a completion's sum is not what grpo_loss takes)",
+    ),
+]
 
 
 def check_completion_logps(fn: Callable, seed: int | None = None) -> None:
@@ -917,16 +961,25 @@ _TEMPERATURE_STEP_HINT = (
 )
 
 
-def _step_case(name: str, part: str, settings: dict, hint: str = "",
-               setup: StepSetup = PUBLIC_SETUP) -> Case:  # fmt: skip
+def _step_case(
+    name: str, part: str, settings: dict, hint: str = "", setup: StepSetup = PUBLIC_SETUP
+) -> Case:
     """A step case; a twin's name ends with its problems (the public cases' are STEP_ROWS)."""
     text = ", ".join(f"{k}={v!r}" for k, v in settings.items() if k not in CASE_ONLY_SETTINGS)
-    text = (text or "the lab's defaults") + (
-        f"; every parameter's .grad holds {STALE_GRADIENT} when the step starts (an earlier "
-        "backward's)"
-        if settings.get(STALE_GRADIENTS)
-        else ""
-    ) + (f"; self.optimizer is torch.optim.SGD(lr={SGD_RATE:g})" if settings.get(PLAIN_SGD) else "")
+    text = (
+        (text or "the lab's defaults")
+        + (
+            f"; every parameter's .grad holds {STALE_GRADIENT} when the step starts (an earlier "
+            "backward's)"
+            if settings.get(STALE_GRADIENTS)
+            else ""
+        )
+        + (
+            f"; self.optimizer is torch.optim.SGD(lr={SGD_RATE:g})"
+            if settings.get(PLAIN_SGD)
+            else ""
+        )
+    )
     prompts = [prompt for prompt, _ in setup.rows]
     where = "" if setup == PUBLIC_SETUP else f", problems {' '.join(prompts)}"
     return Case(
@@ -946,8 +999,12 @@ def _stale_case(setup: StepSetup = PUBLIC_SETUP) -> Case:
 
 def _clip_case(max_norm: float, setup: StepSetup = PUBLIC_SETUP) -> Case:
     """A clip that acts, with an optimizer whose update follows the gradient's size."""
-    case = _step_case(f"clipped to max_grad_norm={max_norm:g}, then {PLAIN_SGD}", "optimizer",
-                      {"max_grad_norm": max_norm, PLAIN_SGD: True}, setup=setup)  # fmt: skip
+    case = _step_case(
+        f"clipped to max_grad_norm={max_norm:g}, then {PLAIN_SGD}",
+        "optimizer",
+        {"max_grad_norm": max_norm, PLAIN_SGD: True},
+        setup=setup,
+    )
     return replace(case, hint=_STEP_HINTS["clip"])
 
 
@@ -1007,26 +1064,56 @@ def step_twins(seed: int) -> list[Case]:
         case(f"temperature {T}", "gradient", {"temperature": T}, _TEMPERATURE_STEP_HINT),
         case("loss_type='grpo'", "loss", {"loss_type": "grpo"}, "use cfg.loss_type"),
         case("loss_type='grpo'", "gradient", {"loss_type": "grpo"}, "use cfg.loss_type"),
-        case("loss_type='dr_grpo'", "loss", {"loss_type": "dr_grpo"},
-             "use cfg.loss_type: dr_grpo divides by rows x cfg.max_completion_length"),
-        case("beta=0: no reference model", "loss", {"beta": 0.0},
-             "self.reference is None: ref_logps=None"),
-        case("beta=0: no reference model", "gradient", {"beta": 0.0},
-             "self.reference is None: ref_logps=None"),
-        case(f"a strong KL term, beta={beta}", "loss", {"beta": beta},
-             "k3 of log pi_ref - log pi, with log pi_ref from self.reference, times cfg.beta"),
-        case(f"beta={beta} and use_bias_correction_kl=True", "gradient",
-             {"beta": beta, "use_bias_correction_kl": True},
-             "pass cfg.use_bias_correction_kl to grpo_loss"),
-        case("scale_rewards='none'", "gradient", {"scale_rewards": "none"},
-             "pass cfg.scale_rewards to group_advantages"),
-        case("max_grad_norm=0: no clipping", "gradient", {"max_grad_norm": 0.0},
-             "max_grad_norm=0 means no clipping (an infinite max norm), not a zero gradient"),
-        case(f"a {steps}-step schedule, learning_rate={rate}", "optimizer",
-             {"max_steps": steps, "learning_rate": rate}),
+        case(
+            "loss_type='dr_grpo'",
+            "loss",
+            {"loss_type": "dr_grpo"},
+            "use cfg.loss_type: dr_grpo divides by rows x cfg.max_completion_length",
+        ),
+        case(
+            "beta=0: no reference model",
+            "loss",
+            {"beta": 0.0},
+            "self.reference is None: ref_logps=None",
+        ),
+        case(
+            "beta=0: no reference model",
+            "gradient",
+            {"beta": 0.0},
+            "self.reference is None: ref_logps=None",
+        ),
+        case(
+            f"a strong KL term, beta={beta}",
+            "loss",
+            {"beta": beta},
+            "k3 of log pi_ref - log pi, with log pi_ref from self.reference, times cfg.beta",
+        ),
+        case(
+            f"beta={beta} and use_bias_correction_kl=True",
+            "gradient",
+            {"beta": beta, "use_bias_correction_kl": True},
+            "pass cfg.use_bias_correction_kl to grpo_loss",
+        ),
+        case(
+            "scale_rewards='none'",
+            "gradient",
+            {"scale_rewards": "none"},
+            "pass cfg.scale_rewards to group_advantages",
+        ),
+        case(
+            "max_grad_norm=0: no clipping",
+            "gradient",
+            {"max_grad_norm": 0.0},
+            "max_grad_norm=0 means no clipping (an infinite max norm), not a zero gradient",
+        ),
+        case(
+            f"a {steps}-step schedule, learning_rate={rate}",
+            "optimizer",
+            {"max_steps": steps, "learning_rate": rate},
+        ),
         _stale_case(setup),
         _clip_case(_pick(g, (1e-3, 2e-3, 5e-3)), setup),
-    ]  # fmt: skip
+    ]
 
 
 def check_step(fn: Callable, seed: int | None = None) -> None:
@@ -1146,8 +1233,10 @@ def _train(step: Callable, cfg: MathConfig, progress: bool) -> TrainingRun | Non
             rewards.append(sum(correct) / len(correct))
         if progress and (number % 25 == 0 or number == cfg.max_steps):
             recent = rewards[-25:]
-            print(f"step {number:4d}/{cfg.max_steps}  {seconds:6.1f} s  sampled reward "
-                  f"{sum(recent) / max(len(recent), 1):.2f} (mean of the last 25 steps)")  # fmt: skip
+            print(
+                f"step {number:4d}/{cfg.max_steps}  {seconds:6.1f} s  sampled reward "
+                f"{sum(recent) / max(len(recent), 1):.2f} (mean of the last 25 steps)"
+            )
     after = evaluate_accuracy(trainer.model, tokenizer, eval_rows, cfg)[0]
     weights = {name: value.detach().clone() for name, value in trainer.model.state_dict().items()}
     return TrainingRun(cfg, before, after, rewards, metrics, seconds, weights)
@@ -1206,8 +1295,13 @@ def check_training(fn: Callable, seed: int | None = None) -> None:
     least ``MIN_RISE``. ``seed=None`` (``lab check``) trains from seed 0; any grader's seed
     trains again from seed 1 (``TRAINING_SEEDS``)."""
     if fn is None or fn is Ellipsis or not callable(fn):
-        raise failure("definition", "`step`", "a function named `step`", fn,
-                      "define `step` in exercise 3 and run it before this check")  # fmt: skip
+        raise failure(
+            "definition",
+            "`step`",
+            "a function named `step`",
+            fn,
+            "define `step` in exercise 3 and run it before this check",
+        )
     graded = seed is not None or grading()  # under lab grade the public check trains as graded
     cfg = training_config(seed=TRAINING_SEEDS["graded" if graded else "public"])
     margin = QUICK_MIN_RISE if quick() else MIN_RISE
@@ -1216,12 +1310,17 @@ def check_training(fn: Callable, seed: int | None = None) -> None:
     try:
         run = train_with_step(fn, cfg)
     except Exception as error:
-        raise failure("training run", what, expected, raised(error),
-                      "pass exercise 3's check first: the run calls step(trainer, rows) "
-                      "at every step") from None  # fmt: skip
+        raise failure(
+            "training run",
+            what,
+            expected,
+            raised(error),
+            "pass exercise 3's check first: the run calls step(trainer, rows) at every step",
+        ) from None
     if run is None:
-        raise failure("training run", what, expected, None,
-                      "step returned nothing: write exercise 3 first")  # fmt: skip
+        raise failure(
+            "training run", what, expected, None, "step returned nothing: write exercise 3 first"
+        )
     if run.rise < margin:
         raise failure(
             "held-out accuracy rises",

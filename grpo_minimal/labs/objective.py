@@ -48,8 +48,12 @@ def _pick(g: torch.Generator, options: Sequence) -> Any:
     return options[int(torch.randint(len(options), (1,), generator=g))]
 
 
-def _run_all(name: str, fn: Callable, runs: Sequence[tuple[Callable, Case, Any]],
-             mistakes: Sequence[Mistake] = ()) -> None:  # fmt: skip
+def _run_all(
+    name: str,
+    fn: Callable,
+    runs: Sequence[tuple[Callable, Case, Any]],
+    mistakes: Sequence[Mistake] = (),
+) -> None:
     """Run every ``(call, case, reference)``; a reference ``ValueError`` means "must refuse".
     ``mistakes`` name what went wrong where ``call`` is the learner's function itself."""
 
@@ -290,19 +294,27 @@ def _high_defaults_to_dapo(ratio, advantages, epsilon, epsilon_high=None):
 
 
 CLIP_MISTAKES = [
-    Mistake(_min_of_ratios,
-            "take the min of the two PRODUCTS, min(ratio * A, clip(ratio) * A): for A < 0, "
-            "min(ratio, clip(ratio)) * A is the max of the products, not the min"),
-    Mistake(_clipped_term_only,
-            "the unclipped term is missing: the objective is min(ratio * A, clip(ratio) * A), "
-            "and clip(ratio) * A alone is too generous where the ratio moved the wrong way"),
-    Mistake(_high_defaults_to_dapo,
-            "epsilon_high=None means epsilon_high = epsilon, a symmetric clip; 0.28 is DAPO's "
-            "clip-higher value, which only a caller who passes epsilon_high=0.28 asks for"),
-    Mistake(lambda *args, **kwargs: package.clipped_surrogate(*args, **kwargs).mean(),
-            "one value per token, the shape of ratio: no mean or sum here (aggregate_loss, "
-            "exercise 3, reduces the tokens)"),
-]  # fmt: skip
+    Mistake(
+        _min_of_ratios,
+        "take the min of the two PRODUCTS, min(ratio * A, clip(ratio) * A): for A < 0, "
+        "min(ratio, clip(ratio)) * A is the max of the products, not the min",
+    ),
+    Mistake(
+        _clipped_term_only,
+        "the unclipped term is missing: the objective is min(ratio * A, clip(ratio) * A), "
+        "and clip(ratio) * A alone is too generous where the ratio moved the wrong way",
+    ),
+    Mistake(
+        _high_defaults_to_dapo,
+        "epsilon_high=None means epsilon_high = epsilon, a symmetric clip; 0.28 is DAPO's "
+        "clip-higher value, which only a caller who passes epsilon_high=0.28 asks for",
+    ),
+    Mistake(
+        lambda *args, **kwargs: package.clipped_surrogate(*args, **kwargs).mean(),
+        "one value per token, the shape of ratio: no mean or sum here (aggregate_loss, "
+        "exercise 3, reduces the tokens)",
+    ),
+]
 
 
 def check_clipped_surrogate(fn: Callable, seed: int | None = None) -> None:
@@ -435,17 +447,24 @@ def kl_twins(seed: int) -> list[Case]:
 
 
 KL_MISTAKES = [
-    Mistake(lambda logps, ref_logps: package.kl_k3(logps, ref_logps).mean(),
-            "one k3 per token, the shape of logps: no mean or sum here (the loss reduces the "
-            "tokens later)"),
-    Mistake(lambda logps, ref_logps: package.kl_k3(logps, ref_logps).sum(-1),
-            "one k3 per token, the shape of logps: no mean or sum here (the loss reduces the "
-            "tokens later)"),
-    Mistake(lambda logps, ref_logps: torch.exp((ref_logps - logps).clamp(-20, 20))
-            - (ref_logps - logps).clamp(-20, 20) - 1,
-            "do not clamp x = ref_logps - logps: e^x underflows harmlessly to 0 for a very "
-            "negative x, and the clamp cuts the -x term (k3 = e^x - x - 1 grows like -x there)"),
-]  # fmt: skip
+    Mistake(
+        lambda logps, ref_logps: package.kl_k3(logps, ref_logps).mean(),
+        "one k3 per token, the shape of logps: no mean or sum here (the loss reduces the "
+        "tokens later)",
+    ),
+    Mistake(
+        lambda logps, ref_logps: package.kl_k3(logps, ref_logps).sum(-1),
+        "one k3 per token, the shape of logps: no mean or sum here (the loss reduces the "
+        "tokens later)",
+    ),
+    Mistake(
+        lambda logps, ref_logps: (
+            torch.exp((ref_logps - logps).clamp(-20, 20)) - (ref_logps - logps).clamp(-20, 20) - 1
+        ),
+        "do not clamp x = ref_logps - logps: e^x underflows harmlessly to 0 for a very "
+        "negative x, and the clamp cuts the -x term (k3 = e^x - x - 1 grows like -x there)",
+    ),
+]
 
 
 def check_kl_k3(fn: Callable, seed: int | None = None) -> None:
@@ -625,10 +644,12 @@ def _loss_as_a_float(*args: Any, **kwargs: Any) -> float:
 
 
 AGGREGATE_MISTAKES = [
-    Mistake(_loss_as_a_float,
-            "return the loss as a tensor (no .item(), no float()): the gradient reaches the "
-            "policy through it, and a float has none"),
-]  # fmt: skip
+    Mistake(
+        _loss_as_a_float,
+        "return the loss as a tensor (no .item(), no float()): the gradient reaches the "
+        "policy through it, and a float has none",
+    ),
+]
 
 
 def check_aggregate_loss(fn: Callable, seed: int | None = None) -> None:

@@ -155,9 +155,12 @@ def _forbidden_call_of_a_function(fn: Callable, fn_name: str) -> tuple[str, str]
     return forbidden_call(fn) if isinstance(fn, types.FunctionType) else None
 
 
-EVALUATOR_IMPORTS = {"builtins": {"eval", "exec", "compile", "__import__"},
-                     "ast": {"literal_eval"}, "sympy": {"sympify", "parse_expr"},
-                     "sympy.parsing.sympy_parser": {"parse_expr", "sympify"}}  # fmt: skip
+EVALUATOR_IMPORTS = {
+    "builtins": {"eval", "exec", "compile", "__import__"},
+    "ast": {"literal_eval"},
+    "sympy": {"sympify", "parse_expr"},
+    "sympy.parsing.sympy_parser": {"parse_expr", "sympify"},
+}
 """Where an evaluator is imported from by name (``from ast import literal_eval``); ``from re
 import compile`` is not one, though using the name ``compile`` is, as in the bytecode scan."""
 
@@ -505,8 +508,13 @@ def parse_twins(seed: int) -> list[Case]:
 
 
 def _at_the_digits_cap(digits: str) -> Case:
-    return _parse(f"exactly {len(digits)} digits", digits, Fraction(int(digits)), "40 digits",
-                  show=_long(digits))  # fmt: skip
+    return _parse(
+        f"exactly {len(digits)} digits",
+        digits,
+        Fraction(int(digits)),
+        "40 digits",
+        show=_long(digits),
+    )
 
 
 def _sign_dropped(text: str) -> Fraction | None:
@@ -542,17 +550,23 @@ def _commas_required(text: str) -> Fraction | None:
 
 
 PARSE_MISTAKES = [
-    Mistake(_sign_dropped,
-            "the '-' was read but not applied: a number with a leading '-' is negative, "
-            "-(its digits' value)"),
+    Mistake(
+        _sign_dropped,
+        "the '-' was read but not applied: a number with a leading '-' is negative, "
+        "-(its digits' value)",
+    ),
     Mistake(_cap_off_by_one, _HINTS["40 digits"]),  # before the others: one case fits many
-    Mistake(_no_leading_zero,
-            "an integer part may be 0 or start with 0 ('0.1', '0', '007'): the table's "
-            "integers are [0-9]+ (or thousands groups), not [1-9][0-9]*"),
-    Mistake(_commas_required,
-            "an integer needs no commas: '1080' is a number as much as '1,080' (the table's "
-            "integers are [0-9]+, leading zeros allowed, OR thousands groups)"),
-]  # fmt: skip
+    Mistake(
+        _no_leading_zero,
+        "an integer part may be 0 or start with 0 ('0.1', '0', '007'): the table's "
+        "integers are [0-9]+ (or thousands groups), not [1-9][0-9]*",
+    ),
+    Mistake(
+        _commas_required,
+        "an integer needs no commas: '1080' is a number as much as '1,080' (the table's "
+        "integers are [0-9]+, leading zeros allowed, OR thousands groups)",
+    ),
+]
 
 
 def check_parse_number(fn: Callable, seed: int | None = None) -> None:
@@ -561,8 +575,15 @@ def check_parse_number(fn: Callable, seed: int | None = None) -> None:
     The security scan comes first."""
     check_no_evaluator(fn, "parse_number")
     cases = cases_for(PARSE_PUBLIC, parse_twins, seed)
-    run_cases(fn, "parse_number", cases, table_parse_number, compare=_same_number,
-              mistakes=PARSE_MISTAKES, none_is_an_answer=True)  # fmt: skip
+    run_cases(
+        fn,
+        "parse_number",
+        cases,
+        table_parse_number,
+        compare=_same_number,
+        mistakes=PARSE_MISTAKES,
+        none_is_an_answer=True,
+    )
 
 
 # --- exercise 2: accuracy_reward ----------------------------------------------------------------
@@ -765,7 +786,7 @@ def accuracy_twins(seed: int) -> list[Case]:
             [a + b, a],
             [1.0, 0.0],
             "final",
-        ),  # fmt: skip
+        ),
         _reward(
             "an 'answer is' phrase (random)",
             [f"So {a}*{b} = {a * b}. The answer is {a * b}.", f"The answer is {a * b + d}."],
@@ -1103,8 +1124,10 @@ def _greedy_boxes(completions, answer):
     one spot, from the first box to the last brace, which is no number: 0.0 (the rest scored as
     it should be)."""
     scores = package_rewards.accuracy_reward(completions, answer)
-    return [0.0 if isinstance(text, str) and text.count("\\boxed{") > 1 else score
-            for text, score in zip(completions, scores, strict=True)]  # fmt: skip
+    return [
+        0.0 if isinstance(text, str) and text.count("\\boxed{") > 1 else score
+        for text, score in zip(completions, scores, strict=True)
+    ]
 
 
 ACCURACY_MISTAKES = [
@@ -1119,7 +1142,7 @@ ACCURACY_MISTAKES = [
         "greedy .* runs from the first box to the last brace, so two boxes become one spot "
         "that is no number",
     ),
-]  # fmt: skip
+]
 
 
 def check_accuracy_reward(fn: Callable, seed: int | None = None) -> None:

@@ -27,9 +27,13 @@ def parsed_cells(cells: Sequence[str]) -> list[tuple[str, ast.Module]]:
             continue
         parsed.append((text, tree))
         for node in ast.walk(tree):  # %%capture, %%time, ...: their body is Python too
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "run_cell_magic" and len(node.args) == 3
-                    and isinstance(node.args[2], ast.Constant)):  # fmt: skip
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "run_cell_magic"
+                and len(node.args) == 3
+                and isinstance(node.args[2], ast.Constant)
+            ):
                 pending.append(str(node.args[2].value))
     return parsed
 

@@ -363,9 +363,16 @@ else:
     for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
         mine = aggregate_loss(per_token_loss, completion_mask, loss_type)
         reference, _ = grpo_loss(
-            logps, old_logps, ref_logps, advantages, completion_mask,
-            beta=beta, epsilon=0.2, epsilon_high=0.28, loss_type=loss_type,
-        )  # fmt: skip
+            logps,
+            old_logps,
+            ref_logps,
+            advantages,
+            completion_mask,
+            beta=beta,
+            epsilon=0.2,
+            epsilon_high=0.28,
+            loss_type=loss_type,
+        )
         yours = "not written yet" if mine is None else f"{float(mine):+.6f}"
         print(f"{loss_type:8s} yours {yours:>16s}   grpo_loss {reference.item():+.6f}")
 
