@@ -23,9 +23,9 @@ from grpo_minimal import (
     discounted_returns,
     group_advantages,
     masked_mean_std,
-    population_std_advantages,
     rloo_advantages,
 )
+from grpo_minimal.advantages import population_std_advantages
 
 U32 = 2.0**-24  # unit roundoff of float32
 TINY = 2.0**-149  # float32's smallest subnormal: the absolute error floor of one operation

@@ -29,9 +29,9 @@ from grpo_minimal import (
     kl_k1,
     kl_k2,
     kl_k3,
-    population_std_advantages,
     rloo_advantages,
 )
+from grpo_minimal.advantages import population_std_advantages
 from grpo_minimal.course import widgets as gw
 
 # the readout prints 3 decimals: half a unit in the last place, plus float32 noise
