@@ -15,8 +15,8 @@ divide by the group std and write no eps. (1), without the std, is Dr. GRPO's ch
 arXiv:2402.14740).
 
 `std` is the sample (Bessel-corrected, G-1) standard deviation and eps = 1e-4, as in TRL 1.16
-(trl/trainer/grpo_trainer.py lines 2765-2787; its `nanstd`, trl/trainer/utils.py lines 1037-1043,
-applies Bessel's correction count / (count - 1)). Dividing by G-1 makes the variance unbiased;
+(``GRPOTrainer._generate_and_score_completions``; its ``trl.trainer.utils.nanstd`` applies
+Bessel's correction count / (count - 1)). Dividing by G-1 makes the variance unbiased;
 its square root is not an unbiased estimator of sigma (it is biased low), so "sample std", not
 "unbiased std". The papers do not say which std they use.
 """
