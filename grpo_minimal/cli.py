@@ -235,16 +235,17 @@ def prepare_math(args: argparse.Namespace):
 
 
 def run_math(args: argparse.Namespace, prepared) -> dict | None:
-    """GRPO on a causal LM: HF checkpoint, metrics.jsonl and learning_curve.png in --out."""
+    """GRPO or PPO on a causal LM: HF checkpoint, metrics.jsonl and learning_curve.png in --out."""
     from .lm_train import train_math
     from .plots import plot_history
 
     cfg, model, tokenizer, train_rows, eval_rows = prepared
     out = Path(args.out)
-    if args.no_progress or args.backend == "trl":  # else train_math prints them with its bar
-        print(f"{args.algo.upper()} settings: {cfg.summary()}", file=sys.stderr)
     if args.backend == "trl":
         from .trl_bridge import end_process_group, is_main_process, train_math_trl, world_size
+
+        if is_main_process():  # one rank prints the resolved settings
+            print(f"{args.algo.upper()} settings: {cfg.summary()}", file=sys.stderr)
 
         trainer, history = train_math_trl(
             cfg,
@@ -262,6 +263,8 @@ def run_math(args: argparse.Namespace, prepared) -> dict | None:
         processes = trainer.accelerator.num_processes
         assert processes == world_size(), (processes, world_size())
     else:
+        if args.no_progress:  # else train_math prints them above its progress bar
+            print(f"{args.algo.upper()} settings: {cfg.summary()}", file=sys.stderr)
         from .course.reasoning import log_reasoning  # how the completions reason
 
         _, history = train_math(

@@ -29,7 +29,7 @@ class CompletionGroups:
     """A rollout: P distinct prompts x G completions = N rows; completion i answers prompt i // G.
 
     Prompts are stored once (left-padded), completions right-padded. The tensors a step adds
-    (``add``: old and reference log-probs, advantages, values, masks, later images) travel with
+    (``add``: old and reference log-probs, advantages, values, masks) travel with
     their rows: ``split`` and ``take`` slice every one of them together, as TRL's
     ``split_tensor_dict`` does, and each is read as an attribute (``rollout.advantages``).
     """
@@ -42,13 +42,12 @@ class CompletionGroups:
     completions: list[str] = field(default_factory=list)  # N decoded completions
     rows: list[dict] = field(default_factory=list)  # N dataset rows, for the reward functions
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # per row: [N, ...] each
-    prompt_tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # per prompt: [P, ...]
 
     def __getattr__(self, name: str) -> torch.Tensor:
         # only called for names that are not fields: the tensors a step added
-        for added in (self.__dict__.get("tensors", {}), self.__dict__.get("prompt_tensors", {})):
-            if name in added:
-                return added[name]
+        tensors = self.__dict__.get("tensors", {})
+        if name in tensors:
+            return tensors[name]
         raise AttributeError(f"this rollout holds no {name!r}")
 
     @property
@@ -56,9 +55,11 @@ class CompletionGroups:
         return self.completion_ids.shape[0] // self.prompt_ids.shape[0]
 
     def add(self, **tensors: torch.Tensor | None) -> None:
-        """Attach per-row tensors ([N, ...]); a None value is left out (a pass that did not run)."""
+        """Attach per-row tensors ([N, ...]). None removes the name: a pass that did not run
+        this step leaves nothing from an earlier step behind."""
         for name, value in tensors.items():
             if value is None:
+                self.tensors.pop(name, None)
                 continue
             if value.shape[0] != self.completion_ids.shape[0]:
                 raise ValueError(
@@ -68,7 +69,7 @@ class CompletionGroups:
 
     def get(self, name: str) -> torch.Tensor | None:
         """An added tensor, or None when the step did not add it (``ref_logps`` at beta 0)."""
-        return self.tensors.get(name, self.prompt_tensors.get(name))
+        return self.tensors.get(name)
 
     def select(self, prompts, rows) -> CompletionGroups:
         """The given prompts and rows (indices or slices), every tensor sliced alike."""
@@ -86,7 +87,6 @@ class CompletionGroups:
             pick(self.completions),
             pick(self.rows),
             {name: value[rows] for name, value in self.tensors.items()},
-            {name: value[prompts] for name, value in self.prompt_tensors.items()},
         )
 
     def take(self, prompts: torch.Tensor) -> CompletionGroups:

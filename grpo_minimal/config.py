@@ -121,11 +121,12 @@ class ValidatedConfig:
 class ObjectiveConfig(ValidatedConfig):
     """The GRPO objective's knobs, shared by every trainer in the course."""
 
-    MIN_GENERATIONS = 2  # a group of one has no baseline; PPO's config (lm_ppo.py) allows 1
-
+    # a group of one has no baseline: at least 2 (PPO's config, lm_ppo.py, allows 1)
     num_generations: int = option(
-        8, "G: outputs (episodes, completions) sampled per prompt / start state; the group size"
-    )  # at least MIN_GENERATIONS (validate)
+        8,
+        "G: outputs (episodes, completions) sampled per prompt / start state; the group size",
+        low=2,
+    )
     beta: float = option(
         0.0,
         "weight of the k3 KL penalty to the reference policy; 0 disables the reference",
@@ -172,8 +173,3 @@ class ObjectiveConfig(ValidatedConfig):
     )
     # negative seeds would reach the evaluation seeds
     seed: int = option(0, "seed for random, numpy, torch and environment resets", low=0.0)
-
-    def validate(self) -> None:
-        """Each field on its own (``ValidatedConfig``), then the group size this config needs."""
-        super().validate()
-        check_range("num_generations", self.num_generations, self.MIN_GENERATIONS)

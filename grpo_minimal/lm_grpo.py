@@ -44,17 +44,21 @@ class LMGRPOTrainer(LMTrainer):
         cfg = self.cfg
         rollout = self.sample(rows)  # 1. G completions of each prompt
         rewards, reward_means = self.score(rollout)  # 2. one reward per completion
-        if cfg.num_iterations > 1:  # 3. pi_old differs from the policy after the first update
-            rollout.add(old_logps=self.frozen_logps(rollout))
-        rollout.add(ref_logps=self.reference_logps(rollout))  # (None when beta = 0)
+        # 3. log-probs fixed during the update: pi_old and pi_ref (None: not needed)
+        rollout.add(old_logps=self.old_logps(rollout), ref_logps=self.reference_logps(rollout))
         advantages, loss_mask = self.advantages(torch.tensor(rewards), rollout)  # 4
         rollout.add(advantages=advantages.to(self.device), loss_mask=loss_mask)
         updates = []
         for _ in range(cfg.num_iterations):  # 5. clipped updates on the same completions
-            updates += self.backward(rollout, self.loss)
+            updates += self.backward(rollout)
             grad_norm = self.optimizer_step()
         self.refresh_reference()  # 6
         return self.record(rollout, rewards, reward_means, updates, grad_norm), rollout
+
+    def old_logps(self, rollout: CompletionGroups) -> torch.Tensor | None:
+        """Stage 3: log pi_old, or None with one update per batch: pi_old is then the policy
+        itself, detached in the loss (ratio 1, gradient intact)."""
+        return self.frozen_logps(rollout) if self.cfg.num_iterations > 1 else None
 
     def advantages(
         self, rewards: torch.Tensor, rollout: CompletionGroups

@@ -55,7 +55,6 @@ loop, evaluation and checkpoints are ``lm_train.py``'s, shared with GRPO.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
@@ -65,6 +64,7 @@ from torch import nn
 
 from .completions import CompletionGroups
 from .config import option, override
+from .lm_model import enable_activation_checkpointing
 from .lm_trainer import LMTrainer, adamw_groups, completion_logits, completion_logps
 from .losses import (
     aggregate_loss,
@@ -99,14 +99,15 @@ class LMPPOConfig(MathConfig):
     ``cliprange_value`` 0.2), not tuned here.
     """
 
-    MIN_GENERATIONS = 1
-
     num_generations: int = option(
-        1, "completions sampled per prompt (PPO's classic choice is 1; the critic is the baseline)"
+        1,
+        "completions sampled per prompt (PPO's classic choice is 1; the critic is the baseline)",
+        low=1,
     )
     beta: float = option(
         0.04,
         "weight of the per-token KL penalty (k1) in the reward, equation (22); 0: no reference",
+        low=0.0,
     )
     num_iterations: int = override(MathConfig, "num_iterations", 4)
     num_minibatches: int = option(
@@ -330,9 +331,12 @@ class LMPPOTrainer(LMTrainer):
     def __init__(self, cfg: LMPPOConfig, model, tokenizer, reward_funcs=None, reward_weights=None):
         if not isinstance(cfg, LMPPOConfig):
             raise TypeError(f"LMPPOTrainer needs an LMPPOConfig, got {type(cfg).__name__}")
-        self.critic = ValueModel.from_policy(model).train()  # before the optimizer is built
+        # the critic exists before the skeleton builds the optimizer from param_groups()
+        self.critic = ValueModel.from_policy(model).train()
         self.generator = torch.Generator().manual_seed(cfg.seed)  # minibatch order
         super().__init__(cfg, model, tokenizer, reward_funcs, reward_weights)
+        if cfg.gradient_checkpointing:  # the critic's body, as the policy's (LMTrainer)
+            enable_activation_checkpointing(self.critic.body)
 
     def networks(self) -> list[nn.Module]:
         return [self.model, self.critic]
@@ -349,11 +353,12 @@ class LMPPOTrainer(LMTrainer):
     @torch.no_grad()
     def frozen_values(self, rollout: CompletionGroups) -> torch.Tensor:
         """Stage 3: V(s_t) of the critic as it was when the completions were sampled."""
-        start, parts = time.perf_counter(), []
-        for micro in rollout.split(self.cfg.gradient_accumulation_steps):
-            with self.amp():
-                parts.append(completion_values(self.critic, micro))
-        self.timings["critic_s"] = time.perf_counter() - start
+        self.critic.eval()  # backward() puts it back in train mode
+        parts = []
+        with self.clock("critic_s"):
+            for micro in rollout.split(self.cfg.gradient_accumulation_steps):
+                with self.amp():
+                    parts.append(completion_values(self.critic, micro))
         return torch.cat(parts)
 
     def step(self, rows: Sequence[dict]) -> tuple[dict, CompletionGroups]:
@@ -377,7 +382,7 @@ class LMPPOTrainer(LMTrainer):
         updates = []
         for _ in range(cfg.num_iterations):  # 5. epochs over shuffled minibatches of prompts
             for minibatch in rollout.shuffled(cfg.num_minibatches, self.generator):
-                updates += self.backward(minibatch, self.loss)
+                updates += self.backward(minibatch)
                 grad_norm = self.optimizer_step()
         self.refresh_reference()  # 6
         record = self.record(rollout, scores, reward_means, updates, grad_norm)

@@ -1,8 +1,9 @@
-"""Training a causal LM with GRPO: the run's configuration, the loop, evaluation, checkpoints.
+"""Training a causal LM with GRPO or PPO: the run's inputs, the loop, evaluation, checkpoints.
 
 ``train_math`` draws ``prompts_per_step`` rows per step from shuffled passes over the training
-data, runs ``LMGRPOTrainer.step`` (``lm_grpo.py``, the algorithm), measures held-out greedy
-accuracy before the first step and after the last (``evaluate_accuracy``), and writes metrics and
+data, runs the config's trainer (``trainer_for``: ``LMGRPOTrainer.step``, ``lm_grpo.py``, or
+``LMPPOTrainer.step``, ``lm_ppo.py``), measures held-out greedy accuracy before the first step
+and after the last (``evaluate_greedy``), and writes metrics and
 atomic Hugging Face checkpoints (``save_checkpoint``). ``MathConfig`` (``math_config.py``) holds
 every setting; ``checked_rows`` checks the run's inputs in one place.
 """

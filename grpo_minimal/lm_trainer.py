@@ -19,9 +19,10 @@ policy (PPO's critic). The stage numbers are the same in every trainer: 1 sample
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -33,7 +34,7 @@ from .completions import (
 )
 from .device import autocast, grad_scaler, pick_dtype
 from .lm_model import enable_activation_checkpointing, eos_token_ids, format_prompt
-from .lora import add_lora, lora_config
+from .lora import add_lora, check_lora, lora_config
 from .math_config import MathConfig
 from .prompt_cache import shared_prompt_logits
 from .rewards import RewardFunc, reward_functions, reward_stats, score_completions
@@ -121,6 +122,7 @@ class LMTrainer:
         from transformers import get_scheduler
 
         if cfg.lora_r:  # only the adapters train (lora.py)
+            check_lora(cfg, model)
             model = add_lora(
                 model,
                 lora_config(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules),
@@ -158,6 +160,13 @@ class LMTrainer:
         self.timings: dict[str, float] = {}
         self.step_started = time.perf_counter()
 
+    # What a subclass defines: ``step``, and ``loss(micro, batch)`` for ``backward``.
+    def step(self, rows: Sequence[dict]) -> tuple[dict, CompletionGroups]:
+        raise NotImplementedError
+
+    def loss(self, micro: CompletionGroups, batch: CompletionGroups) -> tuple[torch.Tensor, dict]:
+        raise NotImplementedError
+
     # What a subclass trains: the policy alone here; PPO adds its critic.
     def networks(self) -> list[torch.nn.Module]:
         return [self.model]
@@ -170,6 +179,15 @@ class LMTrainer:
 
     def amp(self):
         return autocast(self.device, self.dtype)
+
+    @contextlib.contextmanager
+    def clock(self, name: str):
+        """Add the seconds the block takes to this step's ``timings[name]`` (its record)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
 
     def sample(self, rows: Sequence[dict]) -> CompletionGroups:
         """Stage 1 on dataset rows (prompts formatted with ``cfg.prompt_template``). A step's
@@ -225,38 +243,37 @@ class LMTrainer:
                 return self.frozen_logps(rollout, self.model)
         return self.frozen_logps(rollout, self.reference)
 
-    def backward(
-        self, batch: CompletionGroups, loss: Callable[[CompletionGroups, CompletionGroups], tuple]
-    ) -> list[Update]:
-        """Stage 5's first half: gradients of ``loss`` over ``batch``, one micro-batch of whole
-        groups at a time (``gradient_accumulation_steps``), under autocast, the loss scaled for
-        fp16. ``loss(micro, batch)`` returns the micro-batch's share of the batch's loss and its
-        metrics. Returns each micro-batch's (loss, tokens, metrics) for ``record``."""
-        start = time.perf_counter()
+    def backward(self, batch: CompletionGroups) -> list[Update]:
+        """Stage 5's first half: every network in train mode, gradients zeroed, then the
+        gradient of the subclass's ``loss(micro, batch)`` (the micro-batch's share of the batch's
+        loss, and its metrics) over ``batch``, one micro-batch of whole groups at a time
+        (``gradient_accumulation_steps``), under autocast, the loss scaled for fp16. Returns each
+        micro-batch's (loss, tokens, metrics) for ``record``."""
         for network in self.networks():
             network.train()
         self.optimizer.zero_grad(set_to_none=True)
         done = []
-        for micro in batch.split(self.cfg.gradient_accumulation_steps):
-            with self.amp():
-                value, metrics = loss(micro, batch)
-            self.scaler.scale(value).backward()
-            done.append((value.item(), micro.loss_mask.sum(), metrics))
-        self.timings["update_s"] = self.timings.get("update_s", 0.0) + time.perf_counter() - start
+        with self.clock("update_s"):
+            for micro in batch.split(self.cfg.gradient_accumulation_steps):
+                with self.amp():
+                    value, metrics = self.loss(micro, batch)
+                self.scaler.scale(value).backward()
+                done.append((value.item(), micro.loss_mask.sum(), metrics))
         return done
 
     def optimizer_step(self) -> float:
         """Stage 5's second half: unscale (fp16), clip each network's gradient norm apart (a
         fresh critic's large gradients must not shrink the policy's step), one AdamW step, the
         schedule. Returns the policy's gradient norm before clipping."""
-        start = time.perf_counter()
-        self.scaler.unscale_(self.optimizer)
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
-        norms = [torch.nn.utils.clip_grad_norm_(n.parameters(), max_norm) for n in self.networks()]
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.scheduler.step()
-        self.timings["update_s"] = self.timings.get("update_s", 0.0) + time.perf_counter() - start
+        with self.clock("update_s"):
+            self.scaler.unscale_(self.optimizer)
+            norms = [
+                torch.nn.utils.clip_grad_norm_(n.parameters(), max_norm) for n in self.networks()
+            ]
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
         return float(norms[0])
 
     def refresh_reference(self) -> None:
@@ -286,6 +303,7 @@ class LMTrainer:
             for key, value in metrics.items():
                 means[key] = means.get(key, 0.0) + weight * value
         step_s = time.perf_counter() - self.step_started
+        timings, self.timings = self.timings, {}  # the next step's clock starts empty
         return {
             "step": self.steps_done,
             **reward_stats(rewards, rollout.num_generations),
@@ -295,7 +313,7 @@ class LMTrainer:
             "learning_rate": self.scheduler.get_last_lr()[0],
             "completion_length": rollout.completion_mask.sum(dim=1).float().mean().item(),
             "truncated_fraction": truncated_fraction(rollout.completion_ids, self.eos_ids),
-            **{name: round(seconds, 4) for name, seconds in self.timings.items()},
+            **{name: round(seconds, 4) for name, seconds in timings.items()},
             "step_s": round(step_s, 4),
             "completions_per_s": len(rollout.completions) / step_s,
         }

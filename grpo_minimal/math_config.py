@@ -227,14 +227,14 @@ class MathConfig(ObjectiveConfig):
         model = overrides.get("model")
         if overrides.get("dataset") == "reasoning" or model in ("tiny-reasoning", "tiny-direct"):
             names = ["reasoning"]
-        elif model in cls.PRESETS:
+        elif model in cls.PRESETS and model not in ("gpu", "reasoning"):  # a model's own preset
             names = [model]
         else:
             cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
             names = ["gpu"] if cuda and model != "tiny" else []
-        for name in names:
-            model = cls.PRESETS[name].get("model", model)
-        model = model or cls.__dataclass_fields__["model"].default
+        if model is None:  # the model the presets (or the defaults) choose
+            chosen = [cls.PRESETS[name]["model"] for name in names if "model" in cls.PRESETS[name]]
+            model = chosen[-1] if chosen else cls.__dataclass_fields__["model"].default
         if overrides.get("lora_r") and f"lora:{model}" in cls.PRESETS:
             names.append(f"lora:{model}")
         return names

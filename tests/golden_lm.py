@@ -66,7 +66,7 @@ TRAJECTORIES = {
     "lora": dict(trainer="grpo", loss_type="dapo", lora_r=8),
     # RFTTrainer refuses anything but beta 0, dapo and one epoch
     "rft": dict(trainer="rft", beta=0.0, loss_type="dapo", num_iterations=1),
-    # notebook 10's run: REASONING_DEFAULTS (model, dataset, 40 tokens) with 20 steps
+    # notebook 10's run: the reasoning preset (model, dataset, 40 tokens) with 20 steps
     "reasoning": dict(
         trainer="reasoning", model="tiny-reasoning", dataset="reasoning", loss_type="grpo"
     ),

@@ -194,3 +194,14 @@ def test_a_checkpoint_saved_on_a_gpu_evaluates_on_the_cpu(tmp_path, capsys):
     (checkpoint / "grpo_config.json").write_text(json.dumps(saved))
     assert main(["evaluate", "math", "--model", str(checkpoint), "--n", "20"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["n"] == 20
+
+
+def test_a_math_run_prints_its_resolved_settings_first(tmp_path, capsys):
+    # CleanRL's habit: every setting the run took, presets and defaults resolved, before it starts
+    flags = ["--max-steps", "1", "--eval-n", "2", "--prompts-per-step", "2", "--no-progress"]
+    main(["math", *flags, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert err.startswith("GRPO settings: num_generations=8 ")
+    settings = " ".join(err.split("\n\n")[0].split())  # the wrapped lines, joined
+    for expected in ("max_steps=1", "prompts_per_step=2", "eval_n=2", "model=tiny", "device=auto"):
+        assert f" {expected} " in f" {settings} ", expected

@@ -98,7 +98,7 @@ def test_a_gsm8k_prompt_is_refused_by_the_tiny_model_in_one_line(tiny):
         check_prompt_lengths(["1+2=", "b2=c"], tokenizer, model, 5)
 
 
-# --- step 1: sampling ----------------------------------------------------------------------------
+# --- stage 1: sampling ----------------------------------------------------------------------------
 
 
 def test_mask_after_eos_keeps_the_first_eos_and_nothing_after():
@@ -168,7 +168,7 @@ def test_sampling_is_seeded(tiny):
     assert outs[0] == outs[1]
 
 
-# --- step 4: log-probs ---------------------------------------------------------------------------
+# --- stage 3: log-probs ---------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -303,7 +303,7 @@ def test_sampling_ignores_the_models_own_generation_config(tiny):
     assert len(set(clean.completions[:16])) > 1  # top_k=1 would make every sample the same
 
 
-# --- steps 2-3: rewards and advantages; bad input --------------------------------------------------
+# --- stages 2 and 4: rewards and advantages; bad input --------------------------------------------------
 
 
 def test_score_completions_weights_and_none_rule():
@@ -476,7 +476,7 @@ def test_r1_and_boxed_templates_use_the_chat_template(tiny):
     assert "\\boxed{}" in format_prompt("What is 2+2?", chat, "boxed")
 
 
-# --- step 5: the update ----------------------------------------------------------------------------
+# --- stage 5: the update ----------------------------------------------------------------------------
 
 
 def test_one_step_reports_finite_metrics_and_changes_the_policy():

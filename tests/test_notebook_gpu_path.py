@@ -43,7 +43,7 @@ grpo_minimal.device.pick_device = lambda name="auto": torch.device("cpu")  # the
 grpo_minimal.device.gpu_memory_gb = lambda device: {card_gb}  # the card's memory
 MathConfig.PRESETS = {{**MathConfig.PRESETS, "gpu": {{**MathConfig.PRESETS["gpu"], "model": {model!r},
                            "dataset": "gsm8k_sample", "eval_split": {held_out!r},
-                           "max_completion_length": {length}, "dtype": {dtype!r}}}
+                           "max_completion_length": {length}, "dtype": {dtype!r}}}}}
 """
 LENGTH = 12  # the stand-in rarely stops early: 256 new tokens would make the test many times slower
 

@@ -1,4 +1,4 @@
-"""Rejection-sampling fine-tuning (grpo_minimal/course/rft.py) as GRPO's step with another step 3."""
+"""Rejection-sampling fine-tuning (grpo_minimal/course/rft.py) as GRPO's step with another stage 4 (the advantages)."""
 
 import pytest
 import torch

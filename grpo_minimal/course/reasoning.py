@@ -117,7 +117,6 @@ def make_length_penalty(tokenizer, per_token: float):
 
 
 @torch.no_grad()
-@torch.no_grad()
 def think_probability(model, tokenizer, prompts: Sequence[str]) -> float:
     """Mean over ``prompts`` of pi(``<think>`` | prompt) at temperature 1: the share of sampled
     completions that open a think block, in expectation, without sampling noise.

@@ -33,7 +33,7 @@ from ..lm_grpo import LMGRPOTrainer
 
 
 class RFTTrainer(LMGRPOTrainer):
-    """GRPO's trainer with step 3 replaced: keep the correct completions, weight them 1.
+    """GRPO's trainer with stage 4 (the advantages) replaced: keep the correct completions, weight them 1.
 
     Needs ``beta == 0`` (no reference), ``loss_type == "dapo"`` and ``num_iterations == 1``, so
     that the loss is exactly L_RFT; the config is refused otherwise.
