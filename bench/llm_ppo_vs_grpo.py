@@ -91,8 +91,7 @@ def one_run(job: dict) -> dict:
 
     from grpo_minimal.data import load_math_rows
     from grpo_minimal.device import reset_peak_memory
-    from grpo_minimal.lm_grpo import LMGRPOTrainer
-    from grpo_minimal.lm_ppo import LMPPOConfig, LMPPOTrainer
+    from grpo_minimal.lm_ppo import LMPPOConfig
     from grpo_minimal.lm_train import MathConfig, setup, train_math
 
     torch.set_num_threads(job.get("threads", 1))
@@ -103,9 +102,7 @@ def one_run(job: dict) -> dict:
     baseline = resident_mb()
     reset_peak_memory(torch.device("cpu"))
     start = time.perf_counter()
-    _, history = train_math(
-        cfg, model, tokenizer, progress=False, trainer_cls=LMPPOTrainer if ppo else LMGRPOTrainer
-    )
+    _, history = train_math(cfg, model, tokenizer, progress=False)  # the config picks the trainer
     wall = time.perf_counter() - start
     steps = [r for r in history if "reward_mean" in r]
     per_step = cfg.prompts_per_step * cfg.num_generations

@@ -40,10 +40,10 @@ def test_a_short_ppo_run_raises_held_out_accuracy():
     epochs), cut to 30 steps (the learning rate decays to 0 over those 30): at least 10 points
     on the 500 held-out problems. Seeds 0 and 1 of bench/llm_ppo_vs_grpo.py --quick gained 21
     and 17 points after 40 steps."""
-    from grpo_minimal.lm_ppo import LMPPOConfig, LMPPOTrainer
+    from grpo_minimal.lm_ppo import LMPPOConfig
 
     cfg = LMPPOConfig.for_device("cpu", max_steps=30, eval_every=0, eval_n=500, seed=0)
-    _, history = train_math(cfg, progress=False, trainer_cls=LMPPOTrainer)
+    _, history = train_math(cfg, progress=False)  # an LMPPOConfig picks LMPPOTrainer
     before, after = history[0]["eval_accuracy"], history[-1]["eval_accuracy"]
     assert after - before >= 0.10, (before, after)
     ev = [r["explained_variance"] for r in history[1:]]
