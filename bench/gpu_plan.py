@@ -22,6 +22,7 @@ on the CPU to check the script.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -63,7 +64,7 @@ def measure(architecture: dict, device: str, dtype: str, overrides: dict, length
         max_completion_length=length,
         gradient_accumulation_steps=accumulation,
     )
-    cfg = MathConfig(**{**cfg.to_dict(), "device": device})
+    cfg = dataclasses.replace(cfg, device=device)
     tokenizer = load_tokenizer(str(model_path("standin")))
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(qwen2_config(**architecture)).to(device)

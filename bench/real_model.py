@@ -22,6 +22,7 @@ An interrupted sweep resumes where it stopped (runs already in the file are skip
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import torch
 import transformers
@@ -79,7 +80,7 @@ def main() -> None:
                     and r["max_steps"] == base.max_steps
                 ]
                 budget = ours[-1]["train_s"] if ours else 0.0
-            cfg = MathConfig(**(base.to_dict() | {"seed": seed, "time_budget_s": budget}))
+            cfg = dataclasses.replace(base, seed=seed, time_budget_s=budget)
             record = run(backend, cfg, train_rows, test)[0]
             record = append_result(args.out, data, record | versions)
             print(
