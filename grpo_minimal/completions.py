@@ -1,4 +1,4 @@
-"""Step 1 of the LLM GRPO step: sample G completions of each prompt, as ``CompletionGroups``.
+"""Stage 1 of the LLM GRPO and PPO steps: sample G completions of each prompt, as ``CompletionGroups``.
 
 ``sample_completions`` draws all groups at once and masks everything after each completion's
 first EOS, equation (15) (symbols as in ``lm_grpo.py`` and notebook 06). It draws through one
@@ -135,7 +135,7 @@ def output_cache(out):
 
 
 def uses_sampling_loop(model) -> bool:
-    """The rule for step 1's sampler: ``sample_with_kv_cache`` for a small model on the CPU that
+    """The rule for stage 1's sampler: ``sample_with_kv_cache`` for a small model on the CPU that
     the loop can drive, ``model.generate`` otherwise. The loop needs all of:
 
     - the CPU, and at most ``SAMPLING_LOOP_MAX_PARAMETERS`` parameters;
@@ -317,7 +317,7 @@ def sample_completions(
     amp=None,
     sampler: Literal["generate", "loop"] = "generate",
 ) -> CompletionGroups:
-    """Step 1: G completions of each prompt, all at once, in consecutive blocks of G.
+    """Stage 1: G completions of each prompt, all at once, in consecutive blocks of G.
 
     ``sampler`` draws them: ``"generate"`` (the default) through one batched ``generate`` call
     (``generate_completions``), ``"loop"`` through ``sample_with_kv_cache``: the same draws,

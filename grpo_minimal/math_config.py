@@ -23,9 +23,9 @@ class MathConfig(ObjectiveConfig):
     """GRPO on a causal LM with verifiable math rewards (``lm_grpo.py``, ``lm_train.py``).
 
     The defaults are the CPU lesson of notebook 06: the shipped tiny model (``data/tiny_math_lm``)
-    learns two-digit addition from the accuracy reward. ``MathConfig.for_device()`` returns them
-    on a CPU and the real-model settings of ``PRESETS["gpu"]`` (Qwen2.5-0.5B-Instruct on GSM8K) on a
-    CUDA GPU; keyword arguments override either. Names follow TRL's ``GRPOConfig`` where the idea
+    learns two-digit addition from the accuracy reward. ``MathConfig.for_device()`` applies the
+    named ``PRESETS`` that ``presets_for`` picks (the real model on a CUDA GPU, notebook 10's
+    reasoning run, SmolLM2's own, LoRA's rates) over them; keyword arguments override both. Names follow TRL's ``GRPOConfig`` where the idea
     is the same (``max_completion_length``, ``temperature``, ``top_p``, ``max_steps``,
     ``gradient_accumulation_steps``, ``gradient_checkpointing``); one step samples
     ``prompts_per_step * num_generations`` completions, TRL's ``per_device_train_batch_size``.

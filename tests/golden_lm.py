@@ -120,7 +120,7 @@ def make_trainer(name: str):
 
     if kind == "ppo":  # the whitened per-token advantages, equation (24)
         watching = mock.patch.object(lm_ppo, "whiten", kept(lm_ppo.whiten))
-    else:  # step 3: the advantages and the mask of counted tokens (RFT's choice is the mask)
+    else:  # stage 4: the advantages and the mask of counted tokens (RFT's choice is the mask)
         trainer.advantages = kept(trainer.advantages)
         watching = nullcontext()
     with watching:
