@@ -636,8 +636,54 @@ def test_the_sandbox_holds_only_its_allow_list_and_no_network(mode, tmp_path, mo
     assert sorted(p.name for p in scratch.iterdir()) == ["given.txt"]
     assert (scratch / "given.txt").read_text() == "the notebook"
     assert seen["/"] == seen["/dev"] == "Read-only file system", seen
-    if mode == "ordinary user":  # no user namespace inside (bwrap cannot refuse root's setpriv)
-        assert seen["nested user namespace"] is False, seen
+    assert seen["nested user namespace"] is False, seen  # in either mode
+
+
+NESTED = (
+    "ls {hidden}; echo listed; unshare -Urm sh -c 'umount {hidden}; ls {hidden}; "
+    "mount -t tmpfs none /tmp && echo mounted'; echo unshare=$?"
+)
+"""The issue's probe, and a memory file system of the job's own making (none of its bounded ones:
+this kernel's locked mounts already keep the cover in place, so the tmpfs is the harm shown)."""
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a job user id, or becoming nobody)")
+@pytest.mark.parametrize("mode", ["root", "nobody"])
+def test_no_submission_can_make_a_user_namespace(mode, monkeypatch):
+    """The probe a hostile learner ran as root: ``unshare -Urm`` (root in a user namespace of
+    its own), then unmount the memory file system that covers an instructor's folder inside a
+    folder bound in, list what lay under it, and mount a memory file system of its own (no size
+    the job set, none its memory bound sees). Refused as root (the job's user id) and by a real
+    ordinary user (nobody): no user namespace is made."""
+    if mode == "nobody":
+        if why := can_run_as_nobody():
+            pytest.skip(why)
+        monkeypatch.setattr(sandbox, "job_uid", lambda slot: None)  # nobody's own sandbox
+    folder = Path(tempfile.mkdtemp(prefix="trust-userns-", dir="/tmp"))
+    slot, lock = sandbox.claim_slot()
+    try:
+        folder.chmod(0o755)
+        hidden = folder / "checkout" / "class"  # a class folder in a checkout bound in
+        hidden.mkdir(parents=True)
+        (hidden / "learner-7.ipynb").write_text("{}")
+        scratch = folder / "scratch"
+        scratch.mkdir()
+        owner = NOBODY if mode == "nobody" else sandbox.job_uid(slot)
+        os.chown(scratch, owner, owner)
+        argv = sandbox.command(["sh", "-c", NESTED.format(hidden=hidden)], scratch, [hidden],
+                               [folder / "checkout"], {"PATH": "/usr/bin:/bin"}, slot)  # fmt: skip
+        if mode == "nobody":
+            done = as_nobody(argv, {"PATH": "/usr/bin:/bin"}, [], timeout=60)
+        else:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    finally:
+        if lock is not None:
+            lock.close()
+        shutil.rmtree(folder)
+    assert done.stdout.startswith("listed\n"), (done.stdout, done.stderr)  # covered: empty
+    assert "learner-7" not in done.stdout and "mounted" not in done.stdout, done
+    assert "unshare=0" not in done.stdout, done
 
 
 @pytest.mark.parametrize("broken", ["missing", "does not start"])
