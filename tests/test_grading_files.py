@@ -203,26 +203,40 @@ def test_a_job_never_grades_as_a_user_id_that_is_taken(monkeypatch):
         sleeper.wait()
 
 
-@pytest.mark.parametrize("cgroup", [None, "not root"])
-def test_lab_grade_says_in_one_line_what_its_limits_do_not_bound(cgroup, tmp_path, capsys,
-                                                                 monkeypatch):  # fmt: skip
+@pytest.mark.parametrize("cgroup", [None, "not root", "switched off"])
+def test_lab_grade_says_in_one_line_which_bound_holds(cgroup, tmp_path, capsys, monkeypatch):
     import argparse
 
     from grpo_minimal.instructor import cgroups, commands, sandbox
 
     if sandbox.missing_tools() or sandbox.probe():
         pytest.skip("needs a working bubblewrap sandbox (.ci/run installs it)")
-    monkeypatch.setattr(cgroups, "available", lambda: cgroup)
+    monkeypatch.setattr(cgroups, "available", lambda: None if cgroup == "switched off" else cgroup)
     (tmp_path / "a.ipynb").write_text("{}")
-    args = argparse.Namespace(folder=str(tmp_path), grader=str(tmp_path), timeout=60, jobs=1,
-                              no_sandbox=False)  # fmt: skip
+    args = argparse.Namespace(folder=str(tmp_path), grader=str(tmp_path), timeout=60, jobs=2,
+                              no_sandbox=False, job_memory="1.5G", job_processes=64,
+                              no_cgroup=cgroup == "switched off")  # fmt: skip
     commands.prepare_lab_grade(args)
-    err = capsys.readouterr().err.strip().splitlines()
-    if cgroup is None:  # a cgroup per job: nothing left unbounded to say
-        assert err == []
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "1.5 GiB of memory and 64 processes together" in err, err
+    if cgroup is None:
+        assert "cgroup (v1) of its own" in err and "watchdog" not in err, err
     else:
-        assert err == [commands.per_process_limits(cgroup)] and "(not root)" in err[0]
-        assert "only per process" in err[0] and "memory shared" in err[0] and "CPU" in err[0]
+        assert f"no cgroup per job here ({cgroup})" in err and "the watchdog bounds" in err, err
+        assert f"of {os.cpu_count()} cores busy for" in err, err
+
+
+@pytest.mark.parametrize("value", ["--job-memory=12X", "--job-memory=100M", "--job-memory=9999T",
+                                   "--job-processes=0", "--job-processes=x"])  # fmt: skip
+def test_a_bad_job_bound_is_one_line(value, tmp_path, capsys):
+    from grpo_minimal import cli
+
+    (tmp_path / "a.ipynb").write_text("{}")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["lab", "grade", str(tmp_path), "--grader", str(tmp_path), value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and value.split("=")[0] in err[0], err
+    assert not (tmp_path / "grades.csv").exists()
 
 
 def test_a_job_that_reaches_a_limit_says_which_in_its_row():

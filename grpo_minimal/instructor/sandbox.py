@@ -47,11 +47,15 @@ class Limits:
     """What one submission may use (``prlimit``). Processes counts threads too (a kernel running
     torch has a few dozen)."""
 
-    processes: int = 512
+    processes: int = 512  # the job's: per user id as root, per user namespace otherwise
     memory_gib: float = 8.0  # RLIMIT_DATA: heap and private mappings, not the mapped files
     file_gib: float = 1.0  # the largest file it may write
     disk_gib: float = 1.0  # the size of each of its memory file systems: scratch, /tmp, /dev/shm
-    job_memory_gib: float = 8.0  # all its processes and memory file systems (a cgroup, as root)
+    job_memory_gib: float = 8.0  # all its processes and memory file systems (cgroup or watchdog)
+
+    @property
+    def job_memory_bytes(self) -> int:
+        return int(self.job_memory_gib * (1 << 30))
 
 
 def missing_tools() -> list[str]:
