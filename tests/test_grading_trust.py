@@ -805,6 +805,65 @@ def test_an_ordinary_users_group_rights_and_namespaces_stay_outside(monkeypatch)
         shutil.rmtree(folder)
 
 
+ALLOCATOR = """
+import os, sys
+chunk, each = 8 << 20, (int(sys.argv[1]) << 20) // 2  # four: twice the bound
+for index in range(3):  # four processes, each under the 8 GiB one may hold
+    if os.fork() == 0:
+        break
+else:
+    index = 3
+kept = []
+while len(kept) * chunk < each:
+    kept.append(b"x" * chunk)  # touched as it is made: as fast as this machine allocates
+    os.write(1, f"{index} {len(kept) * 8}\\n".encode())
+os.write(1, b"done\\n")
+"""
+WATCHED = """
+import json, os, subprocess, sys, tempfile
+from pathlib import Path
+from grpo_minimal.instructor import sandbox, watchdog
+bound, code = int(sys.argv[1]), sys.argv[2]
+scratch = Path(tempfile.mkdtemp(prefix="watched-", dir="/tmp"))
+slot, lock = sandbox.claim_slot()
+if (uid := sandbox.job_uid(slot)) is not None:
+    os.chown(scratch, uid, uid)
+argv = sandbox.command([sys.executable, "-c", code, str(bound)], scratch, [],
+                       sandbox.readable_folders(), {"PATH": "/usr/bin:/bin"}, slot)
+process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+watch = watchdog.Watchdog(process.pid, bound << 20, 512, 64.0, [str(scratch), "/tmp", "/dev/shm"])
+watch.start()
+out = process.communicate()[0]
+print(json.dumps({"bound": watch.stop(), "out": out.splitlines()[-20:], "peak": watch.peak,
+                  "allocated": sum(max([int(line.split()[1]) for line in out.splitlines()
+                                        if line.startswith(f"{i} ")] or [0]) for i in range(4))}))
+os.rmdir(scratch)
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", ["root", "nobody"])
+def test_the_watchdog_ends_a_fast_allocator_near_the_jobs_bound(mode):
+    """Four processes each allocating as fast as they can, each under what one may hold and
+    together twice the job's 512 MiB, with no cgroup: the watchdog ends the job, and what they
+    had allocated (each prints its total after each 8 MiB) passed the bound by little. As root
+    and as a real ordinary user (nobody, the watchdog in nobody's own grading process). The
+    overshoot is printed (-rP)."""
+    argv = [sys.executable, "-c", WATCHED, "512", ALLOCATOR]
+    if mode == "nobody":
+        if why := can_run_as_nobody():
+            pytest.skip(why)
+        done = as_nobody(argv, {"PATH": "/usr/bin:/bin"}, [], timeout=120)
+    else:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    print(f"allocated {seen['allocated']} MiB of a 512 MiB bound; the watchdog saw "
+          f"{seen['peak']['memory'] / 2**20:.0f} MiB: {seen['peak']}")
+    assert seen["bound"] == "memory" and "done" not in seen["out"], seen
+    assert 512 <= seen["peak"]["memory"] / 2**20 and seen["allocated"] < 512 + 256, seen
+
+
 SHARES_MEMORY = """
 import mmap, sys
 shared = mmap.mmap(-1, int(sys.argv[1]), flags=mmap.MAP_SHARED)  # not the process's data
