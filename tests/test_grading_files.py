@@ -254,3 +254,25 @@ def test_a_job_that_reaches_a_limit_says_which_in_its_row():
     assert [problem.split(":")[0] for problem in found] == ["disk limit", "memory limit"]
     assert "1 GiB each" in found[0]
     assert classroom.limits_reached(errors[3:]) == []
+
+
+def test_a_notebooks_errors_are_bounded_in_its_result():
+    """A right answer that also shows 36,000 errors: the result keeps the first
+    ``MAX_CELL_ERRORS``, each cut, and counts the rest, so it stays far below the 1 MiB a result
+    may be and the row is the same in every mode (whole, it passed 1 MiB as an ordinary user)."""
+    import nbformat
+
+    from grpo_minimal.instructor.grading import MAX_CELL_ERRORS, cell_errors
+
+    error = nbformat.v4.new_output("error", ename="ValueError", evalue="noise " * 200,
+                                   traceback=["Traceback " + "x" * 9000])  # fmt: skip
+    cell = nbformat.v4.new_code_cell("for i in range(36000): show()", outputs=[error] * 36_000)
+    errors = cell_errors(nbformat.v4.new_notebook(cells=[cell]))
+    assert len(errors) == MAX_CELL_ERRORS + 1, len(errors)
+    assert errors[-1]["error"] == f"and {36_000 - MAX_CELL_ERRORS} more errors, not kept"
+    assert all(len(e["error"]) <= 200 and len(e["traceback"]) <= 4000 for e in errors)
+    outcome = {"exercises": [], "reports": [], "cell_errors": errors, "syntax_errors": []}
+    assert len(json.dumps(outcome)) < classroom.MAX_RESULT_BYTES // 8
+    assert classroom.invalid_result(outcome, {}) is None
+    text = feedback_text(Graded("a.ipynb", "01_advantages", [], [], None, "", errors), True, 8)
+    assert f"  and {36_000 - MAX_CELL_ERRORS} more errors, not kept" in text.splitlines()

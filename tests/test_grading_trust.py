@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -902,6 +903,30 @@ def test_a_jobs_memory_is_bounded_together_and_its_group_ends_with_it(tmp_path):
     finally:
         if lock is not None:
             lock.close()
+
+
+@pytest.mark.skipif(bool(cgroups.available()), reason=f"no cgroup per job: {cgroups.available()}")
+def test_a_job_in_a_cgroup_is_ended_whole_at_its_memory_limit():
+    """At a cgroup's memory limit the kernel kills one process, and the rest of the job goes on
+    (a notebook whose child it was would keep its points): grading ends the whole job, as the
+    watchdog does where there is no cgroup, so the row is the same in both."""
+    from grpo_minimal.instructor import watchdog
+
+    group = cgroups.JobGroup(f"grpo-test-whole-{os.getpid()}", 128 << 20, 512)
+    group.create()
+    try:
+        script = (f"{shlex.quote(sys.executable)} -c {shlex.quote(SHARES_MEMORY)} {256 << 20}; "
+                  "echo went-on; sleep 60")  # fmt: skip
+        process = subprocess.Popen(group.wrap(["sh", "-c", script]), stdout=subprocess.PIPE,
+                                   text=True, start_new_session=True)  # fmt: skip
+        watch = watchdog.GroupWatch(group.out_of_memory,
+                                    lambda: os.killpg(process.pid, signal.SIGKILL)).start()  # fmt: skip
+        began = time.monotonic()
+        out = process.communicate(timeout=120)[0]
+        assert watch.stop() == "memory" and time.monotonic() - began < 30, out
+        assert "held it" not in out
+    finally:
+        group.remove()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another group)")
