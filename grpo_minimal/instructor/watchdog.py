@@ -36,8 +36,9 @@ CPU_EVERY_S = 0.5
 CPU_SLACK = 4
 """A job may keep this many times its share of the cores busy before it is ended. A right
 notebook that prints fast keeps its kernel, the kernel's I/O thread and the grading process
-running at once (over 1.5 of a 1-core share on a loaded machine, measured); a classmate beside a
-job at the bound runs at least a fifth as fast, where one beside 400 busy processes stopped."""
+busy at once (2.8 threads of a 1-core share for the hostile class's flood, measured); a
+classmate beside a job of 4 busy threads still gets a fifth of the cores, where one beside 400
+busy processes stopped at its time limit."""
 SANDBOX_OWN = 2
 """Processes of the sandbox's own beside the job's count of them: bwrap's init and, as root, the
 second bwrap (``sandbox.NO_USER_NAMESPACES``). The kernel already holds a job's own count at
