@@ -223,12 +223,12 @@ class Watchdog:
 class _Shares:
     """The job's memory as proportional shares (``smaps_rollup``), which cost some 3 ms a process
     of a kernel's size: read for a few processes each poll (``SHARES_BUDGET_S``), largest and
-    grown first, the others taken as last read plus what they have grown since. A process not
-    read yet counts nothing: a fork bomb's hundreds of copies of a kernel are not taken for
-    hundreds of kernels. Pages a fork copies on writing, without growing, are seen when its
-    turn comes round. Shares read at different times do not add up (a fork's share falls as
-    its siblings are born), so a total past the bound is read again whole before it ends a
-    job."""
+    grown first, the others taken as last read plus what they have grown since, and one not
+    read yet as its pages counted whole. Pages a fork copies on writing, without growing, are
+    seen when its turn comes round. Shares read at different times do not add up (a fork's
+    share falls as its siblings are born), so a total past the bound is read again whole before
+    it ends a job: a fork bomb's hundreds of copies of a kernel are not taken for hundreds of
+    kernels."""
 
     def __init__(self) -> None:
         self.read: dict[int, tuple[int, int, float]] = {}  # pid: (shares, cheap then, when)
@@ -253,8 +253,9 @@ class _Shares:
         self.read[pid] = (sum(_kib(v) for v in values), cheap, time.monotonic())
 
     def _sum(self, cheap: dict[int, int]) -> int:
-        return sum(shares + max(0, cheap[pid] - then)
-                   for pid, (shares, then, _) in self.read.items())  # fmt: skip
+        unread = sum(value for pid, value in cheap.items() if pid not in self.read)
+        return unread + sum(shares + max(0, cheap[pid] - then)
+                            for pid, (shares, then, _) in self.read.items())  # fmt: skip
 
 
 SHARES_BUDGET_S = 0.01
