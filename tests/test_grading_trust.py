@@ -354,10 +354,11 @@ def _assert_graded_fairly(grades: Path, folder: Path, grader: Path, scratch: Pat
     forged = rows["f-forges.ipynb"]
     assert float(forged["total"]) == 0 and forged["group_advantages first failure"], forged
     assert f"time limit of {TIMEOUT_S} s" in rows["b-loops.ipynb"]["problem"]
-    # held at the process limit, graded, or ended for the 510 processes that wanted the CPU at
-    # once while it forked (which of the two depends on the machine's load)
+    # held at the process limit and graded, or ended at a bound its 510 forks of a kernel meet
+    # on a loaded machine: wanting the CPU at once, or some 2 GB together (the watchdog saw
+    # 1.8-2.0 GB); which, depends on the load
     bomb = rows["h-fork-bomb.ipynb"]
-    assert float(bomb["total"]) == 8 or bomb["problem"].startswith("CPU limit"), bomb
+    assert float(bomb["total"]) == 8 or bomb["problem"].startswith(("CPU limit", "memory limit")), bomb
     assert "cell" in rows["c-syntax.ipynb"]["problem"]
     assert "SyntaxError" in rows["c-syntax.ipynb"]["problem"]
     assert "not a lab notebook" in rows["d-not-a-lab.ipynb"]["problem"]
