@@ -213,9 +213,16 @@ def test_lab_grade_says_in_one_line_which_bound_holds(cgroup, tmp_path, capsys, 
         pytest.skip("needs a working bubblewrap sandbox (.ci/run installs it)")
     monkeypatch.setattr(cgroups, "available", lambda: None if cgroup == "switched off" else cgroup)
     (tmp_path / "a.ipynb").write_text("{}")
-    args = argparse.Namespace(folder=str(tmp_path), grader=str(tmp_path), timeout=60, jobs=2,
-                              no_sandbox=False, job_memory="1.5G", job_processes=64,
-                              no_cgroup=cgroup == "switched off")  # fmt: skip
+    args = argparse.Namespace(
+        folder=str(tmp_path),
+        grader=str(tmp_path),
+        timeout=60,
+        jobs=2,
+        no_sandbox=False,
+        job_memory="1.5G",
+        job_processes=64,
+        no_cgroup=cgroup == "switched off",
+    )
     commands.prepare_lab_grade(args)
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert "1.5 GiB of memory and 64 processes together" in err, err
@@ -226,8 +233,16 @@ def test_lab_grade_says_in_one_line_which_bound_holds(cgroup, tmp_path, capsys, 
         assert f"of {os.cpu_count()} cores busy for" in err, err
 
 
-@pytest.mark.parametrize("value", ["--job-memory=12X", "--job-memory=100M", "--job-memory=9999T",
-                                   "--job-processes=0", "--job-processes=x"])  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    [
+        "--job-memory=12X",
+        "--job-memory=100M",
+        "--job-memory=9999T",
+        "--job-processes=0",
+        "--job-processes=x",
+    ],
+)
 def test_a_bad_job_bound_is_one_line(value, tmp_path, capsys):
     from grpo_minimal import cli
 
@@ -264,8 +279,9 @@ def test_a_notebooks_errors_are_bounded_in_its_result():
 
     from grpo_minimal.instructor.grading import MAX_CELL_ERRORS, cell_errors
 
-    error = nbformat.v4.new_output("error", ename="ValueError", evalue="noise " * 200,
-                                   traceback=["Traceback " + "x" * 9000])  # fmt: skip
+    error = nbformat.v4.new_output(
+        "error", ename="ValueError", evalue="noise " * 200, traceback=["Traceback " + "x" * 9000]
+    )
     cell = nbformat.v4.new_code_cell("for i in range(36000): show()", outputs=[error] * 36_000)
     errors = cell_errors(nbformat.v4.new_notebook(cells=[cell]))
     assert len(errors) == MAX_CELL_ERRORS + 1, len(errors)

@@ -78,9 +78,18 @@ class Grader:
     cgroup of its own (``per_job``) or, in a sandbox without one, by the watchdog, which also
     ends a job holding more than ``cores`` of CPU. ``kill`` ends what is in flight (Ctrl-C)."""
 
-    def __init__(self, grader_dir: Path, timeout_s: float, slot: int, threads: int | None,
-                 use_sandbox: bool, hidden: list[Path], per_job: bool = False,
-                 limits: sandbox.Limits | None = None, cores: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        grader_dir: Path,
+        timeout_s: float,
+        slot: int,
+        threads: int | None,
+        use_sandbox: bool,
+        hidden: list[Path],
+        per_job: bool = False,
+        limits: sandbox.Limits | None = None,
+        cores: float | None = None,
+    ) -> None:
         self.grader_dir, self.timeout_s, self.slot = Path(grader_dir), timeout_s, slot
         self.threads, self.use_sandbox, self.hidden = threads, use_sandbox, hidden
         self.per_job = per_job  # each job in a cgroup of its own (cgroups.py)
@@ -135,8 +144,15 @@ class Grader:
             shutil.rmtree(scratch, ignore_errors=True)
 
         def row(problems: list[str], exercises=(), reports=(), errors=()) -> Graded:
-            return Graded(notebook.name, lab, list(exercises), list(reports),
-                          "; ".join(problems) or None, log, list(errors))  # fmt: skip
+            return Graded(
+                notebook.name,
+                lab,
+                list(exercises),
+                list(reports),
+                "; ".join(problems) or None,
+                log,
+                list(errors),
+            )
 
         if self._ended is not None:  # ended whole at a bound of the job's: that is its row
             return row([bound_met(self._ended, self.limits, self.cores)])
@@ -171,8 +187,9 @@ class Grader:
         argv = [sys.executable, "-P", "-m", "grpo_minimal.instructor.grading"]
         self._ended = None
         if self.use_sandbox:
-            argv = sandbox.command(argv, scratch, self.hidden, sandbox.readable_folders(), env,
-                                   self.slot, self.limits)  # fmt: skip
+            argv = sandbox.command(
+                argv, scratch, self.hidden, sandbox.readable_folders(), env, self.slot, self.limits
+            )
         else:
             env = {**os.environ, **env}
         with tempfile.TemporaryFile() as log:
@@ -180,8 +197,11 @@ class Grader:
                 return {"error": "grading was interrupted"}, ""
             group = None
             if self.per_job:  # every process of the job in one cgroup, made for it alone
-                group = cgroups.JobGroup(f"{cgroups.GROUP_PREFIX}{os.getpid()}-{self.slot}",
-                                         self.limits.job_memory_bytes, self.limits.processes)  # fmt: skip
+                group = cgroups.JobGroup(
+                    f"{cgroups.GROUP_PREFIX}{os.getpid()}-{self.slot}",
+                    self.limits.job_memory_bytes,
+                    self.limits.processes,
+                )
             try:
                 if group is not None:
                     group.create()
@@ -197,9 +217,13 @@ class Grader:
             if group is not None:  # the kernel kills one process at the limit: end the rest
                 watch = watchdog.GroupWatch(group.out_of_memory, self._end).start()
             elif self.use_sandbox:  # no cgroup: the watchdog bounds the job from outside
-                watch = watchdog.Watchdog(self._process.pid, self.limits.job_memory_bytes,
-                                          self.limits.processes, self.cores,
-                                          [str(scratch), "/tmp", "/dev/shm"]).start()  # fmt: skip
+                watch = watchdog.Watchdog(
+                    self._process.pid,
+                    self.limits.job_memory_bytes,
+                    self.limits.processes,
+                    self.cores,
+                    [str(scratch), "/tmp", "/dev/shm"],
+                ).start()
             else:
                 watch = None
             try:
@@ -269,14 +293,14 @@ def limits_reached(cell_errors: list[dict]) -> list[str]:
 
 def bound_met(bound: str, limits: sandbox.Limits, cores: float) -> str:
     """The row's problem for a job ended whole at one of its bounds (``watchdog``'s reasons)."""
+    memory = f"{limits.job_memory_gib:g} GiB"
+    busy = f"{cores * watchdog.CPU_SLACK:g} cores busy for {watchdog.CPU_WINDOW_S:g} s"
     return {
-        "memory": f"memory limit: the job's processes and files in memory passed "
-                  f"{limits.job_memory_gib:g} GiB together; it was ended",
-        "processes": f"process limit: the job ran more than {limits.processes} processes and "
-                     "threads together; it was ended",
-        "cpu": f"CPU limit: the job kept more than {cores * watchdog.CPU_SLACK:g} cores busy "
-               f"for {watchdog.CPU_WINDOW_S:g} s (its share: {cores:g}); it was ended",
-    }[bound]  # fmt: skip
+        "memory": f"memory limit: the job's processes and files in memory passed {memory} together",
+        "processes": f"process limit: the job ran more than {limits.processes} processes and threads",
+        "cpu": f"CPU limit: the job kept more than {busy} (its share: {cores:g})",
+    }[bound] + "; it was ended"
+
 
 MAX_RESULT_BYTES = 1 << 20
 """The most a graded process may write as its result (one JSON line); more is read no further."""
@@ -388,13 +412,16 @@ def job_bound(limits: sandbox.Limits, jobs: int, cgroup: bool = True) -> str:
     """What bounds each job together, in the one line ``lab grade`` says before grading."""
     sizes = f"{limits.job_memory_gib:g} GiB of memory and {limits.processes} processes"
     if cgroup and (why := cgroups.available()) is None:
-        return (f"lab grade: each job in a cgroup (v1) of its own: {sizes} together, an equal "
-                "CPU share")  # fmt: skip
+        return (
+            f"lab grade: each job in a cgroup (v1) of its own: {sizes} together, an equal CPU share"
+        )
     why = "switched off" if cgroup is False else why
-    return (f"lab grade: no cgroup per job here ({why}): the watchdog bounds each job to {sizes}"
-            f" together, polled every {watchdog.POLL_S:g} s, and ends one keeping more than "
-            f"{cpu_share(jobs) * watchdog.CPU_SLACK:g} of {os.cpu_count()} cores busy for "
-            f"{watchdog.CPU_WINDOW_S:g} s (instructor guide, 'What holds in each mode')")  # fmt: skip
+    return (
+        f"lab grade: no cgroup per job here ({why}): the watchdog bounds each job to {sizes}"
+        f" together, polled every {watchdog.POLL_S:g} s, and ends one keeping more than "
+        f"{cpu_share(jobs) * watchdog.CPU_SLACK:g} of {os.cpu_count()} cores busy for "
+        f"{watchdog.CPU_WINDOW_S:g} s (instructor guide, 'What holds in each mode')"
+    )
 
 
 class SandboxMissing(RuntimeError):
@@ -459,8 +486,10 @@ def grade_folder(
         slots.append(sandbox.claim_slot({slot for slot, _ in slots}))
     per_job = use_sandbox and cgroup and cgroups.available() is None
     cores = cpu_share(jobs)
-    graders = [Grader(grader_dir, timeout_s, slot, threads, use_sandbox, hidden, per_job,
-                      limits, cores) for slot, _ in slots]  # fmt: skip
+    graders = [
+        Grader(grader_dir, timeout_s, slot, threads, use_sandbox, hidden, per_job, limits, cores)
+        for slot, _ in slots
+    ]
     free = list(graders)
     lock = threading.Lock()
 

@@ -94,11 +94,15 @@ def job_limits(memory: str, processes: int):
     gib = float(match.group(1)) / {"m": 1024, "g": 1, "t": 1 / 1024}[match.group(2).lower()]
     machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     if gib * 1024 < MIN_JOB_MEMORY_MIB or gib > machine:
-        raise ValueError(f"--job-memory: {memory}; give at least {MIN_JOB_MEMORY_MIB}M and at "
-                         f"most this machine's {machine:.1f}G")  # fmt: skip
+        raise ValueError(
+            f"--job-memory: {memory}; give at least {MIN_JOB_MEMORY_MIB}M and at "
+            f"most this machine's {machine:.1f}G"
+        )
     if processes < MIN_JOB_PROCESSES:
-        raise ValueError(f"--job-processes: {processes}; give a whole number >= "
-                         f"{MIN_JOB_PROCESSES} (a kernel runs a few dozen threads)")  # fmt: skip
+        raise ValueError(
+            f"--job-processes: {processes}; give a whole number >= "
+            f"{MIN_JOB_PROCESSES} (a kernel runs a few dozen threads)"
+        )
     return Limits(processes=processes, job_memory_gib=gib)
 
 
@@ -111,9 +115,17 @@ def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
 
     out = Path(args.out)
     try:
-        rows = grade_folder(folder, out, Path(args.grader), args.timeout, args.jobs,
-                            use_sandbox=not args.no_sandbox, on_row=show, limits=args.limits,
-                            cgroup=not args.no_cgroup)  # fmt: skip
+        rows = grade_folder(
+            folder,
+            out,
+            Path(args.grader),
+            args.timeout,
+            args.jobs,
+            use_sandbox=not args.no_sandbox,
+            on_row=show,
+            limits=args.limits,
+            cgroup=not args.no_cgroup,
+        )
     except KeyboardInterrupt:
         print(f"interrupted: every grading process was stopped; the rows written so far are in "
               f"{out}", file=sys.stderr)  # fmt: skip

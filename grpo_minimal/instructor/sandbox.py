@@ -309,8 +309,9 @@ def command(
     return args + argv
 
 
-NO_USER_NAMESPACES = ["bwrap", "--dev-bind", "/", "/", "--unshare-user", "--disable-userns",
-                      "--die-with-parent", "--"]  # fmt: skip
+NO_USER_NAMESPACES = (
+    "bwrap --dev-bind / / --unshare-user --disable-userns --die-with-parent --"
+).split()
 """As root, run by the job's user inside the sandbox: a user namespace of the job's own (the same
 mounts, its user id mapped to itself) in which no other can be made. Without it the job's user
 could make one (``unshare -Urm``), become root there and unmount what covers the instructor's
@@ -325,9 +326,9 @@ def jobs_can_make_user_namespaces() -> bool:
     import subprocess
 
     uid = SANDBOX_UID_BASE
-    done = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                           "unshare", "--user", "--map-root-user", "--mount", "true"],
-                          capture_output=True)  # fmt: skip
+    job = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    probe = [*job, "unshare", "--user", "--map-root-user", "--mount", "true"]
+    done = subprocess.run(probe, capture_output=True)
     return done.returncode == 0
 
 

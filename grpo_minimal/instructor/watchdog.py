@@ -123,8 +123,10 @@ def demand_ns(pid: int) -> int:
     total = 0
     with contextlib.suppress(OSError):
         for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError, ValueError), open(
-                    f"/proc/{pid}/task/{task}/schedstat") as f:  # fmt: skip
+            with (
+                contextlib.suppress(OSError, ValueError),
+                open(f"/proc/{pid}/task/{task}/schedstat") as f,
+            ):
                 ran, waited, _ = f.read().split()
                 total += int(ran) + int(waited)
     return total
@@ -139,8 +141,15 @@ class Watchdog:
     ``memory_bytes`` (its processes' memory and ``places``' files), ``tasks`` processes and
     threads, or ``cores`` of CPU held for ``CPU_WINDOW_S``. ``reason`` says which, or None."""
 
-    def __init__(self, pid: int, memory_bytes: int, tasks: int, cores: float,
-                 places: list[str], poll_s: float = POLL_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        pid: int,
+        memory_bytes: int,
+        tasks: int,
+        cores: float,
+        places: list[str],
+        poll_s: float = POLL_S,
+    ) -> None:
         self.pid, self.memory_bytes, self.tasks, self.cores = pid, memory_bytes, tasks, cores
         self.places, self.poll_s = places, poll_s
         self.reason: str | None = None
@@ -254,8 +263,9 @@ class _Shares:
 
     def _sum(self, cheap: dict[int, int]) -> int:
         unread = sum(value for pid, value in cheap.items() if pid not in self.read)
-        return unread + sum(shares + max(0, cheap[pid] - then)
-                            for pid, (shares, then, _) in self.read.items())  # fmt: skip
+        return unread + sum(
+            shares + max(0, cheap[pid] - then) for pid, (shares, then, _) in self.read.items()
+        )
 
 
 SHARES_BUDGET_S = 0.01
