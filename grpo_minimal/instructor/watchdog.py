@@ -13,9 +13,10 @@ every process in that namespace, double forks and new sessions included. Each po
 
 Past a bound the whole job is killed (its namespace's init: the kernel ends everything in it),
 and the row says which bound it met. What it cannot do: share the CPU out fairly (a job is ended,
-not slowed, and only once it has held more than its share for ``CPU_WINDOW_S``), nor stop an
-allocation between two polls: a fast allocator gets past the memory bound by what it allocates in
-one poll (the guide gives the figure measured).
+not slowed, and only once it has kept ``CPU_SLACK`` times its share busy for ``CPU_WINDOW_S``),
+nor stop an allocation between two polls: a fast allocator gets past the memory bound by what it
+allocates in one poll, and more where a job of hundreds of processes is polled less often (the
+guide gives the figures measured).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ SANDBOX_OWN = 2
 second bwrap (``sandbox.NO_USER_NAMESPACES``). The kernel already holds a job's own count at
 its process limit (per user id as root, per user namespace otherwise: 510 forks and 512 tasks
 seen as nobody, 514 as root); this count is the watchdog's second line."""
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _namespace(pid: int) -> str | None:
@@ -139,7 +139,8 @@ WATCHED: list[dict] = []
 class Watchdog:
     """Watches the job whose sandbox is process ``pid`` (bwrap) until ``stop``; ends it past
     ``memory_bytes`` (its processes' memory and ``places``' files), ``tasks`` processes and
-    threads, or ``cores`` of CPU held for ``CPU_WINDOW_S``. ``reason`` says which, or None."""
+    threads (and ``SANDBOX_OWN``), or ``CPU_SLACK`` times ``cores`` kept busy for
+    ``CPU_WINDOW_S``. ``reason`` says which ("memory", "processes", "cpu"), or None."""
 
     def __init__(
         self,
