@@ -120,7 +120,12 @@ def _class_folder(folder: Path, grader: Path, scratch: Path) -> dict[str, bytes]
             # classmates' copies, where grading keeps them and wherever temp files go
             f"import glob, tempfile\nfor where in ({str(scratch)!r}, tempfile.gettempdir()):\n"
             "    for p in glob.glob(where + '/lab-*/**', recursive=True):\n"
-            "        open(p, 'w').write('{}') if p.endswith('.ipynb') else None")  # fmt: skip
+            "        open(p, 'w').write('{}') if p.endswith('.ipynb') else None",
+            # 1,000 errors shown beside the right answer (3 MB of tracebacks, past the 1 MiB a
+            # result may be; a result keeps 20): its row is any right one's, in every mode
+            "from IPython import get_ipython\nfor i in range(1000):\n    try:\n"
+            "        raise ValueError('noise ' * 200)\n    except ValueError:\n"
+            "        get_ipython().showtraceback()")  # fmt: skip
     hostile("h-sleepers.ipynb", _sleeper("session"), _sleeper("double fork"))
     # each process under the 8 GiB one may hold, together past the job's memory
     hostile(
@@ -141,14 +146,6 @@ def _class_folder(folder: Path, grader: Path, scratch: Path) -> dict[str, bytes]
         "h-cpu.ipynb",
         "import os, time\nfor _ in range(400):\n    if os.fork() == 0:\n"
         "        while True:\n            pass\ntime.sleep(60)",
-    )
-    # a right answer that also prints 1,000 errors (3 MB of tracebacks, past the 1 MiB a
-    # result may be): its row as any right one's
-    hostile(
-        "h-errors.ipynb",
-        "from IPython import get_ipython\nfor i in range(1000):\n    try:\n"
-        "        raise ValueError('noise ' * 200)\n    except ValueError:\n"
-        "        get_ipython().showtraceback()",
     )
     hostile("h-fork-bomb.ipynb",  # forks until the process limit refuses, children sleeping
             "import os, time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(600)\n"
@@ -327,7 +324,6 @@ HONEST = {  # what each notebook of the class earns by its answers alone (of 8)
     "h-floods": 8, "h-leaks": 2, "f-forges": 0, "b-loops": 0, "c-syntax": 0, "d-not-a-lab": 0,
     "m-otter-not-a-dict": 0, "m-cells-null": 0, "m-cells-strings": 0, "m-source-number": 0,
     "m-escapes": 0, "m-deep": 0, "h-processes-memory": 8, "h-files-memory": 8, "h-cpu": 8,
-    "h-errors": 8,
     "w-wrong": None, "h-tampers": None,  # what the wrong answer earns on the drawn hidden cases
 }  # fmt: skip
 
@@ -343,7 +339,7 @@ def _assert_graded_fairly(grades: Path, folder: Path, grader: Path, scratch: Pat
         assert honest is None or float(row["total"] or 0) <= honest, row
     for name in ("a-right.ipynb", "z-solution.ipynb"):
         assert float(rows[name]["total"]) == 8 and not rows[name]["problem"], rows[name]
-    for name in ("h-files.ipynb", "h-sleepers.ipynb", "h-errors.ipynb"):
+    for name in ("h-files.ipynb", "h-sleepers.ipynb"):
         assert float(rows[name]["total"]) == 8, rows[name]  # harmless: right answers score
     # ended whole at the job's bound, in either mode, with the bound said
     for name, bound in (
