@@ -59,19 +59,23 @@ def _hostile_cell(folder: Path, grader: Path) -> dict:
         "    os.setsid()\n"
         "    subprocess.Popen(['python3', '-c', 'import time; time.sleep(3600)'])\n"
         "    os._exit(0)\n"
-        "for path in glob.glob(" + repr(str(folder)) + " + '/*') + glob.glob("
-        + repr(str(grader)) + " + '/*.zip'):\n"
+        "for path in glob.glob("
+        + repr(str(folder))
+        + " + '/*') + glob.glob("
+        + repr(str(grader))
+        + " + '/*.zip'):\n"
         "    try:\n"
         "        os.remove(path)\n"
         "    except OSError:\n"
         "        pass\n"
-    )  # fmt: skip
+    )
     return _cell("hostile", source)
 
 
 TAMPERING = (
     "import grpo_minimal.labs.bugs as _bugs, grpo_minimal.labs.llm_step as _steps\n"
-    "from grpo_minimal.lm_grpo import LMGRPOTrainer as _Trainer, completion_logps as _logps\n"
+    "from grpo_minimal.lm_grpo import LMGRPOTrainer as _Trainer\n"
+    "from grpo_minimal.lm_trainer import completion_logps as _logps\n"
     "_bound, _applied = _bugs._bound_call, _bugs._bound_apply\n"  # measure the package's own
     "_bugs._bound_call = lambda fn, name, *a, **k: _bound(\n"
     "    _bugs.REFERENCE_TRAINER[name], name, *a, **k)\n"
@@ -94,8 +98,14 @@ TAMPERING = (
 
 
 def _cell(name: str, source: str) -> dict:
-    return {"cell_type": "code", "execution_count": None, "id": name, "metadata": {},
-            "outputs": [], "source": source}  # fmt: skip
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": name,
+        "metadata": {},
+        "outputs": [],
+        "source": source,
+    }
 
 
 def make_class(folder: Path, built: Path, names: list[str], learners: int) -> dict[str, str]:
@@ -166,8 +176,7 @@ def main() -> None:
         scratch.mkdir()
         tempfile.tempdir = str(scratch)  # where grading keeps its copies: checked empty after
         start = time.monotonic()
-        grade_folder(folder, work / "out" / "grades.csv", work / "grader", args.timeout,
-                     args.jobs)  # fmt: skip
+        grade_folder(folder, work / "out" / "grades.csv", work / "grader", args.timeout, args.jobs)
         seconds = time.monotonic() - start
         tempfile.tempdir = None
         rows = list(csv.DictReader((work / "out" / "grades.csv").open()))
@@ -178,8 +187,11 @@ def main() -> None:
         left = leftovers(scratch)
     per_lab = {}  # a lab's mean seconds over its right and hostile submissions (fully graded)
     for lab in names:
-        times = [float(r["seconds"]) for r in rows
-                 if r["lab"] == lab and kinds[r["notebook"]] in ("right", "hostile")]  # fmt: skip
+        times = [
+            float(r["seconds"])
+            for r in rows
+            if r["lab"] == lab and kinds[r["notebook"]] in ("right", "hostile")
+        ]
         per_lab[lab] = round(statistics.mean(times), 1) if times else None
     result = {
         "learners": args.learners,
@@ -195,10 +207,13 @@ def main() -> None:
         "mean_seconds_per_solved_submission_by_lab": per_lab,
         "rows_right": len(rows) - len(wrong_rows),
         "tampering_points_by_lab": {  # 0 where judged apart (every lab)
-            lab: [float(r["total"]) for r in rows
-                  if r["lab"] == lab and kinds[r["notebook"]] == "tampering"]
+            lab: [
+                float(r["total"])
+                for r in rows
+                if r["lab"] == lab and kinds[r["notebook"]] == "tampering"
+            ]
             for lab in names
-        },  # fmt: skip
+        },
         "rows_wrong": wrong_rows,
         "submitted_files_and_zips_unchanged": unchanged,
         "left_behind": left,

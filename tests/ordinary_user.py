@@ -36,9 +36,22 @@ def can_run_as_nobody() -> str:
         return "needs root (to become nobody)"
     if missing := [tool for tool in ("setpriv", "unshare", "bwrap") if not shutil.which(tool)]:
         return f"needs {', '.join(missing)}"
-    done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                           "bwrap", "--unshare-user", "--ro-bind", "/", "/", "true"],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "bwrap",
+            "--unshare-user",
+            "--ro-bind",
+            "/",
+            "/",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+    )
     return "" if done.returncode == 0 else f"nobody cannot build a sandbox: {done.stderr.strip()}"
 
 
@@ -46,8 +59,10 @@ def _top_private_folder(path: Path) -> Path | None:
     """The highest folder on the way to ``path`` that others may not enter, if any; ``path``
     itself must be open (a private one would need its entries bound one by one)."""
     if path.is_dir() and not path.stat().st_mode & 0o001:
-        raise ValueError(f"{path} is private (mode {path.stat().st_mode & 0o777:o}): nobody "
-                         "cannot enter it even when it is bound back")  # fmt: skip
+        raise ValueError(
+            f"{path} is private (mode {path.stat().st_mode & 0o777:o}): nobody "
+            "cannot enter it even when it is bound back"
+        )
     for folder in reversed(path.parents):  # from / down
         if folder != folder.parent and not folder.stat().st_mode & 0o001:
             return folder
@@ -77,8 +92,11 @@ def reachable(paths: list[Path], stage: Path) -> str:
         lines += [f"mkdir {q(f'{stage}/{i}')}", f"mount --rbind {q(str(path))} {q(f'{stage}/{i}')}"]
     lines += [f"mount -t tmpfs -o mode=755 cover {q(str(top))}" for top in covers]
     for i, path in enumerate(bound):
-        lines += [f"mkdir -p {q(str(path))}", f"mount --rbind {q(f'{stage}/{i}')} {q(str(path))}",
-                  f"mount -o remount,bind,ro {q(str(path))}"]  # fmt: skip
+        lines += [
+            f"mkdir -p {q(str(path))}",
+            f"mount --rbind {q(f'{stage}/{i}')} {q(str(path))}",
+            f"mount -o remount,bind,ro {q(str(path))}",
+        ]
     return "\n".join(lines)
 
 
@@ -88,8 +106,13 @@ def python_paths() -> list[Path]:
     return [Path(sys.base_prefix), Path(sys.prefix), *readable_folders()]
 
 
-def as_nobody(argv: list[str], env: dict[str, str], needs: list[Path], groups: tuple[int, ...] = (),
-              timeout: float = 900) -> subprocess.CompletedProcess:  # fmt: skip
+def as_nobody(
+    argv: list[str],
+    env: dict[str, str],
+    needs: list[Path],
+    groups: tuple[int, ...] = (),
+    timeout: float = 900,
+) -> subprocess.CompletedProcess:
     """``argv`` run as nobody (supplementary ``groups``, none by default), with ``env`` only,
     able to reach ``needs`` and this Python. ``unshare``, not bwrap, makes the mount namespace:
     bwrap would set no_new_privs, which an instructor's shell does not have."""
@@ -98,6 +121,10 @@ def as_nobody(argv: list[str], env: dict[str, str], needs: list[Path], groups: t
     with tempfile.TemporaryDirectory(prefix="nobody-stage-", dir="/tmp") as stage:
         script = reachable([*python_paths(), *needs], Path(stage))
         script += "\nexec setpriv " + " ".join(map(shlex.quote, [*who, "--", *argv]))
-        return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                               script], env=env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )

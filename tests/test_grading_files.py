@@ -59,8 +59,12 @@ def test_links_fifos_folders_and_huge_files_are_rows_of_their_own(tmp_path, monk
     monkeypatch.setattr(classroom, "lab_name", lambda path: opened.append(path))
     out = tmp_path / "grades.csv"
     done = []  # a FIFO opened for reading would block forever: grade in a thread, and wait
-    thread = threading.Thread(target=lambda: done.append(classroom.grade_folder(
-        folder, out, tmp_path / "graders", 60, 1, use_sandbox=False)), daemon=True)  # fmt: skip
+    thread = threading.Thread(
+        target=lambda: done.append(
+            classroom.grade_folder(folder, out, tmp_path / "graders", 60, 1, use_sandbox=False)
+        ),
+        daemon=True,
+    )
     thread.start()
     thread.join(timeout=60)
     assert done, "grading did not end: a FIFO in the class folder was opened"
@@ -81,13 +85,18 @@ POINTS = {"group_advantages": 2.0, "rloo_advantages": 1.0}
 HONEST = {
     "exercises": [
         {"name": "group_advantages", "score": 2.0, "possible": 2.0, "failures": [], "hidden": []},
-        {"name": "rloo_advantages", "score": 0.0, "possible": 1.0, "failures": ["case: x"],
-         "hidden": [True]},
+        {
+            "name": "rloo_advantages",
+            "score": 0.0,
+            "possible": 1.0,
+            "failures": ["case: x"],
+            "hidden": [True],
+        },
     ],
     "reports": ["measured: 1"],
     "cell_errors": [{"cell": "x = 1", "error": "ValueError: no", "traceback": "..."}],
     "syntax_errors": ["cell 3, line 1: SyntaxError: invalid syntax: def f()"],
-}  # fmt: skip
+}
 
 
 def _forged(**change) -> dict:
@@ -134,16 +143,20 @@ def test_the_result_channel_is_read_no_further_than_its_limit(tmp_path):
     import sys
 
     flood = "import sys\nwhile True: sys.stdout.write('x' * 65536)"
-    process = subprocess.Popen([sys.executable, "-c", flood], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-c", flood], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         out = classroom._bounded_exchange(process, b"{}", timeout_s=60)
     finally:
         process.kill()
         process.wait()
     assert len(out) == classroom.MAX_RESULT_BYTES + 1  # then the caller ends the process
-    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    silent = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             classroom._bounded_exchange(silent, b"{}", timeout_s=1)
@@ -186,8 +199,9 @@ def test_a_job_never_grades_as_a_user_id_that_is_taken(monkeypatch):
     real = pwd.getpwuid
     monkeypatch.setattr(pwd, "getpwuid", lambda uid: real(0) if uid == account else real(uid))
     running = sandbox.SANDBOX_UID_BASE + 991  # no account, but a process of it is alive
-    sleeper = subprocess.Popen(["setpriv", f"--reuid={running}", f"--regid={running}",
-                                "--clear-groups", "sleep", "60"])  # fmt: skip
+    sleeper = subprocess.Popen(
+        ["setpriv", f"--reuid={running}", f"--regid={running}", "--clear-groups", "sleep", "60"]
+    )
     try:
         for _ in range(200):  # until setpriv has become that user
             if sandbox.uid_in_use(running):

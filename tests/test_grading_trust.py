@@ -99,33 +99,39 @@ def _class_folder(folder: Path, grader: Path, scratch: Path) -> dict[str, bytes]
 
     def hostile(name: str, *codes: str) -> None:  # each harm tried, then the right answers
         answers = dict(right)
-        tried = ["try:\n" + "".join(f"    {line}\n" for line in code.splitlines())
-                 + "except Exception:\n    pass\n" for code in codes]  # fmt: skip
+        tried = [
+            "try:\n"
+            + "".join(f"    {line}\n" for line in code.splitlines())
+            + "except Exception:\n    pass\n"
+            for code in codes
+        ]
         answers[0] = "".join(tried) + right[0]
         filled_lab(student, answers, folder / name)
 
     filled_lab(student, right, folder / "a-right.ipynb")
     # one notebook for the harms to files (a kernel each would cost CI a minute)
-    hostile("h-files.ipynb",
-            # the class folder, found from its absolute path
-            f"import os\nfor n in os.listdir({str(folder)!r}):\n"
-            f"    os.remove(os.path.join({str(folder)!r}, n))",
-            # folders no one may enter, then a file in the class folder
-            "import os\nfor where in ('locked', '/tmp/locked', '/dev/shm/locked'):\n"
-            "    os.makedirs(where + '/inner')\n    os.chmod(where, 0)\n"
-            f"open({str(folder / 'planted.ipynb')!r}, 'w').write('x')",
-            # every autograder zip turned into one that passes anything
-            f"import glob\nfor z in glob.glob({str(grader)!r} + '/*.zip'):\n"
-            "    open(z, 'wb').write(b'PK')",
-            # classmates' copies, where grading keeps them and wherever temp files go
-            f"import glob, tempfile\nfor where in ({str(scratch)!r}, tempfile.gettempdir()):\n"
-            "    for p in glob.glob(where + '/lab-*/**', recursive=True):\n"
-            "        open(p, 'w').write('{}') if p.endswith('.ipynb') else None",
-            # 1,000 errors shown beside the right answer (3 MB of tracebacks, past the 1 MiB a
-            # result may be; a result keeps 20): its row is any right one's, in every mode
-            "from IPython import get_ipython\nfor i in range(1000):\n    try:\n"
-            "        raise ValueError('noise ' * 200)\n    except ValueError:\n"
-            "        get_ipython().showtraceback()")  # fmt: skip
+    hostile(
+        "h-files.ipynb",
+        # the class folder, found from its absolute path
+        f"import os\nfor n in os.listdir({str(folder)!r}):\n"
+        f"    os.remove(os.path.join({str(folder)!r}, n))",
+        # folders no one may enter, then a file in the class folder
+        "import os\nfor where in ('locked', '/tmp/locked', '/dev/shm/locked'):\n"
+        "    os.makedirs(where + '/inner')\n    os.chmod(where, 0)\n"
+        f"open({str(folder / 'planted.ipynb')!r}, 'w').write('x')",
+        # every autograder zip turned into one that passes anything
+        f"import glob\nfor z in glob.glob({str(grader)!r} + '/*.zip'):\n"
+        "    open(z, 'wb').write(b'PK')",
+        # classmates' copies, where grading keeps them and wherever temp files go
+        f"import glob, tempfile\nfor where in ({str(scratch)!r}, tempfile.gettempdir()):\n"
+        "    for p in glob.glob(where + '/lab-*/**', recursive=True):\n"
+        "        open(p, 'w').write('{}') if p.endswith('.ipynb') else None",
+        # 1,000 errors shown beside the right answer (3 MB of tracebacks, past the 1 MiB a
+        # result may be; a result keeps 20): its row is any right one's, in every mode
+        "from IPython import get_ipython\nfor i in range(1000):\n    try:\n"
+        "        raise ValueError('noise ' * 200)\n    except ValueError:\n"
+        "        get_ipython().showtraceback()",
+    )
     hostile("h-sleepers.ipynb", _sleeper("session"), _sleeper("double fork"))
     # each process under the 8 GiB one may hold, together past the job's memory
     hostile(
@@ -147,17 +153,29 @@ def _class_folder(folder: Path, grader: Path, scratch: Path) -> dict[str, bytes]
         "import os, time\nfor _ in range(400):\n    if os.fork() == 0:\n"
         "        while True:\n            pass\ntime.sleep(60)",
     )
-    hostile("h-fork-bomb.ipynb",  # forks until the process limit refuses, children sleeping
-            "import os, time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(600)\n"
-            "        os._exit(0)")  # fmt: skip
-    filled_lab(student, {**right, 0: (  # raises with the environment and the hidden tests
-        "import glob, os\ndef group_advantages(rewards, num_generations, scale_rewards='group', "
-        "eps=1e-4):\n    text = ' '.join(open(p).read() for p in glob.glob('tests/*.py'))\n"
-        "    raise ValueError(str(dict(os.environ)) + text)")}, folder / "h-leaks.ipynb")  # fmt: skip
+    hostile(
+        "h-fork-bomb.ipynb",  # forks until the process limit refuses, children sleeping
+        "import os, time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(600)\n"
+        "        os._exit(0)",
+    )
+    filled_lab(
+        student,
+        {
+            **right,
+            0: (  # raises with the environment and the hidden tests
+                "import glob, os\ndef group_advantages(rewards, num_generations, scale_rewards='group', "
+                "eps=1e-4):\n    text = ' '.join(open(p).read() for p in glob.glob('tests/*.py'))\n"
+                "    raise ValueError(str(dict(os.environ)) + text)"
+            ),
+        },
+        folder / "h-leaks.ipynb",
+    )
     wrong = dict(right)  # the population std: a wrong solution, graded after the zip rewrite
-    wrong[0] = ("from grpo_minimal.advantages import population_std_advantages\n"
-                "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
-                "    return population_std_advantages(rewards, num_generations)")  # fmt: skip
+    wrong[0] = (
+        "from grpo_minimal.advantages import population_std_advantages\n"
+        "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
+        "    return population_std_advantages(rewards, num_generations)"
+    )
     filled_lab(student, wrong, folder / "w-wrong.ipynb")
     filled_lab(student, {**wrong, 0: wrong[0] + "\n" + TAMPERING}, folder / "h-tampers.ipynb")
     filled_lab(student, {**right, 0: right[0] + FLOODS}, folder / "h-floods.ipynb")
@@ -165,10 +183,14 @@ def _class_folder(folder: Path, grader: Path, scratch: Path) -> dict[str, bytes]
     filled_lab(student, {0: _forger(points)}, folder / "f-forges.ipynb")
     # an endless loop that sleeps: the time limit stops it all the same, and it leaves the CPU
     # to the other job (a busy one burnt TIMEOUT_S of CI's 2 cores for nothing)
-    filled_lab(student, {0: "import time\nwhile True:\n    time.sleep(0.1)"},
-               folder / "b-loops.ipynb")  # fmt: skip
-    filled_lab(student, {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
-               folder / "c-syntax.ipynb")  # fmt: skip
+    filled_lab(
+        student, {0: "import time\nwhile True:\n    time.sleep(0.1)"}, folder / "b-loops.ipynb"
+    )
+    filled_lab(
+        student,
+        {0: "def group_advantages(rewards, num_generations)\n    return rewards"},
+        folder / "c-syntax.ipynb",
+    )
     shutil.copy(ROOT / "notebooks/01_group_relative_advantage.ipynb", folder / "d-not-a-lab.ipynb")
     base = json.loads(student.read_text())
     malformed = {
@@ -176,9 +198,14 @@ def _class_folder(folder: Path, grader: Path, scratch: Path) -> dict[str, bytes]
         "m-cells-null": {**base, "cells": None},
         "m-cells-strings": {**base, "cells": ["x=1"]},
         "m-source-number": {**base, "cells": [{"cell_type": "code", "source": 5, "metadata": {}}]},
-        "m-escapes": {**base, "metadata": {**base["metadata"],
-                      "otter": {**base["metadata"]["otter"], "assignment_name": "../../x/y"}}},
-    }  # fmt: skip
+        "m-escapes": {
+            **base,
+            "metadata": {
+                **base["metadata"],
+                "otter": {**base["metadata"]["otter"], "assignment_name": "../../x/y"},
+            },
+        },
+    }
     for name, notebook in malformed.items():
         (folder / f"{name}.ipynb").write_text(json.dumps(notebook))
     (folder / "m-deep.ipynb").write_text("[" * 100_000)
@@ -203,7 +230,8 @@ def _left_behind(uids: set[int] = frozenset(), before: set[int] = frozenset()) -
             ours = set()
             for uid in uids:  # hold each free job number while looking: no one starts on it
                 lock = held.enter_context(
-                    open(sandbox.SLOT_LOCKS / f"slot-{uid - sandbox.SANDBOX_UID_BASE}.lock", "a"))
+                    open(sandbox.SLOT_LOCKS / f"slot-{uid - sandbox.SANDBOX_UID_BASE}.lock", "a")
+                )
                 with contextlib.suppress(OSError):
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     ours.add(uid)
@@ -249,12 +277,18 @@ objects takes some 20 MiB) and 1 MiB of log: about 170 MiB for two jobs at once.
 whole passes it: the channel flood writes 1 GiB (graded as nobody, where the channel opens)."""
 
 
-def _grade(folder: Path, grader: Path, grades: Path, scratch: Path, nobody: bool) -> tuple[
-        list[str], dict]:  # fmt: skip
+def _grade(
+    folder: Path, grader: Path, grades: Path, scratch: Path, nobody: bool
+) -> tuple[list[str], dict]:
     """``lab grade`` run as a process of its own, by this user or by a real ordinary user
     (nobody); what it said on stderr, and its report (peak memory, pid, job user ids)."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch.parent), "TMPDIR": str(scratch),
-           "GRPO_CANARY": CANARY, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(scratch.parent),
+        "TMPDIR": str(scratch),
+        "GRPO_CANARY": CANARY,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
     argv = [sys.executable, "-c", GRADE, "lab", "grade", str(folder), "--out", str(grades)]
     argv += ["--grader", str(grader), "--timeout", str(TIMEOUT_S), "--jobs", "2"]
     argv += ["--job-memory", JOB_MEMORY, "--no-cgroup"]  # the watchdog as root too
@@ -320,16 +354,40 @@ def test_a_hostile_class_is_graded_fairly_and_leaves_nothing(mode, grader, tmp_p
 
 
 HONEST = {  # what each notebook of the class earns by its answers alone (of 8)
-    "a-right": 8, "z-solution": 8, "h-files": 8, "h-sleepers": 8, "h-fork-bomb": 8,
-    "h-floods": 8, "h-leaks": 2, "f-forges": 0, "b-loops": 0, "c-syntax": 0, "d-not-a-lab": 0,
-    "m-otter-not-a-dict": 0, "m-cells-null": 0, "m-cells-strings": 0, "m-source-number": 0,
-    "m-escapes": 0, "m-deep": 0, "h-processes-memory": 8, "h-files-memory": 8, "h-cpu": 8,
-    "w-wrong": None, "h-tampers": None,  # what the wrong answer earns on the drawn hidden cases
-}  # fmt: skip
+    "a-right": 8,
+    "z-solution": 8,
+    "h-files": 8,
+    "h-sleepers": 8,
+    "h-fork-bomb": 8,
+    "h-floods": 8,
+    "h-leaks": 2,
+    "f-forges": 0,
+    "b-loops": 0,
+    "c-syntax": 0,
+    "d-not-a-lab": 0,
+    "m-otter-not-a-dict": 0,
+    "m-cells-null": 0,
+    "m-cells-strings": 0,
+    "m-source-number": 0,
+    "m-escapes": 0,
+    "m-deep": 0,
+    "h-processes-memory": 8,
+    "h-files-memory": 8,
+    "h-cpu": 8,
+    "w-wrong": None,
+    "h-tampers": None,  # what the wrong answer earns on the drawn hidden cases
+}
 
 
-def _assert_graded_fairly(grades: Path, folder: Path, grader: Path, scratch: Path,
-                          submitted: dict[str, bytes], zips: dict[str, bytes], mode: str) -> None:  # fmt: skip
+def _assert_graded_fairly(
+    grades: Path,
+    folder: Path,
+    grader: Path,
+    scratch: Path,
+    submitted: dict[str, bytes],
+    zips: dict[str, bytes],
+    mode: str,
+) -> None:
     out = grades.parent
     rows = {row["notebook"]: row for row in csv.DictReader(grades.open())}
     assert sorted(rows) == sorted(submitted) == sorted(f"{n}.ipynb" for n in HONEST)  # one each
@@ -386,8 +444,10 @@ def _assert_graded_fairly(grades: Path, folder: Path, grader: Path, scratch: Pat
     assert list(scratch.iterdir()) == []
     # the learners' feedback holds no hidden value, no secret, no instructor's environment
     seed = str(lab_seed(SECRET, LAB))
-    everything = [grades.read_text(), *(p.read_text() for p in out.rglob("*.txt")
-                                        if "grades-feedback" in str(p))]  # fmt: skip
+    everything = [
+        grades.read_text(),
+        *(p.read_text() for p in out.rglob("*.txt") if "grades-feedback" in str(p)),
+    ]
     for text in everything:
         assert CANARY not in text and seed not in text and str(SECRET) not in text
     leaks = (feedback / "h-leaks.txt").read_text()
@@ -405,18 +465,27 @@ def _forger(points: dict[str, float]) -> str:
     which holds a copy), then an unfinished line that would break the grading process's own.
     Graded as an ordinary user the sandbox is a user namespace whose init runs as the kernel
     does, so the kernel can open it; as root, the job's user id cannot."""
-    forged = json.dumps({"exercises": [
-        {"name": n, "score": p, "possible": p, "failures": [], "hidden": []}
-        for n, p in points.items()], "reports": [], "cell_errors": [],
-        "syntax_errors": []})  # every field the grader checks  # fmt: skip
+    forged = json.dumps(
+        {
+            "exercises": [
+                {"name": n, "score": p, "possible": p, "failures": [], "hidden": []}
+                for n, p in points.items()
+            ],
+            "reports": [],
+            "cell_errors": [],
+            "syntax_errors": [],
+        }
+    )  # every field the grader checks
     record = json.dumps({"outcome": forged, "hmac": "0" * 64})  # only the key is missing
-    return ("def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
-            "    return rewards * 0\n"
-            "try:\n"
-            "    with open('/proc/1/fd/1', 'w') as channel:\n"
-            f"        channel.write({record!r} + '\\n' + '{{\"broken\": ')\n"
-            "except OSError:\n"
-            "    pass")  # fmt: skip
+    return (
+        "def group_advantages(rewards, num_generations, scale_rewards='group', eps=1e-4):\n"
+        "    return rewards * 0\n"
+        "try:\n"
+        "    with open('/proc/1/fd/1', 'w') as channel:\n"
+        f"        channel.write({record!r} + '\\n' + '{{\"broken\": ')\n"
+        "except OSError:\n"
+        "    pass"
+    )
 
 
 def test_hidden_cases_show_name_hint_and_exception_line_only():
@@ -485,8 +554,11 @@ def test_a_learners_exception_cannot_carry_a_hidden_input_into_its_feedback():
     from grpo_minimal.labs.checking import failure
 
     drawn = "tensor([3.25, 7.5, 0.125])"
-    for text in (f"raised ValueError: {drawn}", f"raised ValueError: x\n  hint: {drawn}",
-                 f"raised ValueError: x\n            (line 3 of your code: {drawn})"):  # fmt: skip
+    for text in (
+        f"raised ValueError: {drawn}",
+        f"raised ValueError: x\n  hint: {drawn}",
+        f"raised ValueError: x\n            (line 3 of your code: {drawn})",
+    ):
         message = str(failure("a hidden case", drawn, 1.0, text, "the checker's own hint"))
         shown = learner_message(message, hidden=True)
         assert "3.25" not in shown and "7.5" not in shown and "0.125" not in shown, shown
@@ -520,8 +592,9 @@ def test_each_lab_has_its_own_seed_from_one_secret():
 
 def test_the_zips_carry_each_labs_own_seed(grader):
     with zipfile.ZipFile(grader / f"{LAB}-autograder.zip") as autograder:
-        tests = "".join(autograder.read(n).decode() for n in autograder.namelist()
-                        if n.startswith("tests/"))  # fmt: skip
+        tests = "".join(
+            autograder.read(n).decode() for n in autograder.namelist() if n.startswith("tests/")
+        )
     assert f"seed={lab_seed(SECRET, LAB)}" in tests and str(SECRET) not in tests
 
 
@@ -548,19 +621,37 @@ def test_ctrl_c_stops_every_job_and_keeps_the_rows_written(grader, tmp_path):
     filled_lab(student, PACKAGE_ANSWERS_01, folder / "a-right.ipynb")
     for name in ("b-loops", "c-loops"):
         answers = dict(PACKAGE_ANSWERS_01)
-        answers[0] = (f"import subprocess\nsubprocess.Popen({_sleeper_argv()})\n"
-                      "while True:\n    pass")  # fmt: skip
+        answers[0] = (
+            f"import subprocess\nsubprocess.Popen({_sleeper_argv()})\nwhile True:\n    pass"
+        )
         filled_lab(student, answers, folder / f"{name}.ipynb")
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     grades = tmp_path / "grades.csv"
     before = _nobodys_processes()
     process = subprocess.Popen(
-        [sys.executable, "-m", "grpo_minimal", "lab", "grade", str(folder), "--out", str(grades),
-         "--grader", str(grader), "--timeout", "600", "--jobs", "2"],
-        env={**os.environ, "TMPDIR": str(scratch)}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpo_minimal",
+            "lab",
+            "grade",
+            str(folder),
+            "--out",
+            str(grades),
+            "--grader",
+            str(grader),
+            "--timeout",
+            "600",
+            "--jobs",
+            "2",
+        ],
+        env={**os.environ, "TMPDIR": str(scratch)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
         if grades.exists() and len(grades.read_text().splitlines()) >= 2:
@@ -594,8 +685,14 @@ def test_what_is_bound_back_is_readable_inside_private_folders(tmp_path):
     slot, lock = sandbox.claim_slot()
     if (uid := sandbox.job_uid(slot)) is not None:
         os.chown(scratch, uid, uid)
-    argv = sandbox.command(["cat", str(package / "hello.txt")], scratch, [private / "checkout"],
-                           [package], {"PATH": "/usr/bin:/bin"}, slot)  # fmt: skip
+    argv = sandbox.command(
+        ["cat", str(package / "hello.txt")],
+        scratch,
+        [private / "checkout"],
+        [package],
+        {"PATH": "/usr/bin:/bin"},
+        slot,
+    )
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     if lock is not None:
         lock.close()
@@ -666,9 +763,15 @@ def test_the_sandbox_holds_only_its_allow_list_and_no_network(mode, tmp_path, mo
     slot, lock = sandbox.claim_slot()
     files = [str(elsewhere / "graders-copy.txt"), "/etc/hostname"]
     limits = sandbox.Limits(disk_gib=16 / 1024)  # 16 MiB each
-    argv = sandbox.command([sys.executable, "-c", PROBE, str(listening.getsockname()[1]), *files],
-                           scratch, [ROOT], sandbox.readable_folders(), {"PATH": "/usr/bin:/bin"},
-                           slot, limits)  # fmt: skip
+    argv = sandbox.command(
+        [sys.executable, "-c", PROBE, str(listening.getsockname()[1]), *files],
+        scratch,
+        [ROOT],
+        sandbox.readable_folders(),
+        {"PATH": "/usr/bin:/bin"},
+        slot,
+        limits,
+    )
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     finally:
@@ -746,8 +849,9 @@ def test_no_submission_can_make_a_user_namespace(mode, monkeypatch):
 
 
 @pytest.mark.parametrize("broken", ["missing", "does not start"])
-def test_without_a_working_sandbox_grading_refuses_in_one_line(broken, tmp_path, monkeypatch,
-                                                               capsys):  # fmt: skip
+def test_without_a_working_sandbox_grading_refuses_in_one_line(
+    broken, tmp_path, monkeypatch, capsys
+):
     folder = tmp_path / "class"
     folder.mkdir()
     filled_lab(ROOT / STUDENT_DIR / f"{LAB}.ipynb", PACKAGE_ANSWERS_01, folder / "a.ipynb")
@@ -757,8 +861,17 @@ def test_without_a_working_sandbox_grading_refuses_in_one_line(broken, tmp_path,
         monkeypatch.setattr(sandbox, "missing_tools", lambda: [])
         monkeypatch.setattr(sandbox, "probe", lambda: "setting up uid map: Permission denied")
     with pytest.raises(SystemExit) as exited:
-        cli.main(["lab", "grade", str(folder), "--out", str(tmp_path / "g.csv"),
-                  "--grader", str(tmp_path)])  # fmt: skip
+        cli.main(
+            [
+                "lab",
+                "grade",
+                str(folder),
+                "--out",
+                str(tmp_path / "g.csv"),
+                "--grader",
+                str(tmp_path),
+            ]
+        )
     err = capsys.readouterr().err
     assert exited.value.code == 2 and len(err.strip().splitlines()) == 1
     assert "--no-sandbox" in err and ("bwrap" in err or "uid map" in err)
@@ -770,8 +883,9 @@ def test_no_sandbox_grades_with_the_instructors_rights(grader, tmp_path):
     folder.mkdir()
     filled_lab(ROOT / STUDENT_DIR / f"{LAB}.ipynb", PACKAGE_ANSWERS_01, folder / "a.ipynb")
     grades = tmp_path / "g.csv"
-    code = cli.main(["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader),
-                     "--no-sandbox"])  # fmt: skip
+    code = cli.main(
+        ["lab", "grade", str(folder), "--out", str(grades), "--grader", str(grader), "--no-sandbox"]
+    )
     assert code == 0
     (row,) = csv.DictReader(grades.open())
     assert float(row["total"]) == float(row["possible"]) == 8
@@ -800,15 +914,24 @@ def test_an_ordinary_users_group_rights_and_namespaces_stay_outside(monkeypatch)
         private.chmod(0o710)
         scratch = folder / "scratch"
         scratch.mkdir()
-        probe = (f"cat {secret} {private}/key.pem; echo; "
-                 "unshare --user true && echo nested || echo no-nested; "
-                 "head -c 20000000 /dev/zero > /tmp/fill || echo tmp-full")  # fmt: skip
+        probe = (
+            f"cat {secret} {private}/key.pem; echo; "
+            "unshare --user true && echo nested || echo no-nested; "
+            "head -c 20000000 /dev/zero > /tmp/fill || echo tmp-full"
+        )
         limits = sandbox.Limits(disk_gib=16 / 1024)
         seen = {}
         for cover in (True, False):
-            argv = sandbox.command(["sh", "-c", probe], scratch, [], [folder],
-                                   {"PATH": "/usr/bin:/bin"}, 0, limits,
-                                   groups={ORDINARY_GID} if cover else set())  # fmt: skip
+            argv = sandbox.command(
+                ["sh", "-c", probe],
+                scratch,
+                [],
+                [folder],
+                {"PATH": "/usr/bin:/bin"},
+                0,
+                limits,
+                groups={ORDINARY_GID} if cover else set(),
+            )
             done = as_nobody(argv, {"PATH": "/usr/bin:/bin"}, [], (ORDINARY_GID,), 60)
             if "setting up uid map" in done.stderr or "No permissions to create" in done.stderr:
                 pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()}")
@@ -901,16 +1024,22 @@ def test_a_jobs_memory_is_bounded_together_and_its_group_ends_with_it(tmp_path):
     scratch.mkdir()
     slot, lock = sandbox.claim_slot()
     limits = sandbox.Limits(memory_gib=1 / 16)
-    argv = sandbox.command([sys.executable, "-c", SHARES_MEMORY, str(256 << 20)], scratch, [],
-                           sandbox.readable_folders(), {"PATH": "/usr/bin:/bin"}, slot, limits)  # fmt: skip
+    argv = sandbox.command(
+        [sys.executable, "-c", SHARES_MEMORY, str(256 << 20)],
+        scratch,
+        [],
+        sandbox.readable_folders(),
+        {"PATH": "/usr/bin:/bin"},
+        slot,
+        limits,
+    )
     try:
         alone = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         assert alone.stdout.strip() == "held it", alone.stderr[-2000:]  # prlimit alone: held
         group = cgroups.JobGroup(f"grpo-test-{os.getpid()}", 128 << 20, limits.processes)
         group.create()
         try:
-            bounded = subprocess.run(group.wrap(argv), capture_output=True, text=True,
-                                     timeout=120)  # fmt: skip
+            bounded = subprocess.run(group.wrap(argv), capture_output=True, text=True, timeout=120)
             assert bounded.stdout.strip() != "held it" and bounded.returncode != 0, bounded
             assert group.out_of_memory()
             assert (group.paths["pids"] / "pids.max").read_text().strip() == str(limits.processes)

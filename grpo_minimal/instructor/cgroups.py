@@ -83,8 +83,9 @@ class JobGroup:
     def wrap(self, argv: list[str]) -> list[str]:
         """``argv`` run by a shell that first moves itself into the group: every process it
         starts is born there, none can leave it (moving needs root)."""
-        joins = " && ".join(f"echo $$ > {shlex.quote(str(p / 'cgroup.procs'))}"
-                            for p in self.paths.values())  # fmt: skip
+        joins = " && ".join(
+            f"echo $$ > {shlex.quote(str(p / 'cgroup.procs'))}" for p in self.paths.values()
+        )
         return ["sh", "-c", f'{joins} && exec "$@"', "sh", *argv]
 
     def out_of_memory(self) -> bool:

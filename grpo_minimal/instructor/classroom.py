@@ -67,8 +67,10 @@ def submission_problem(path: Path) -> str | None:
     if not stat.S_ISREG(info.st_mode):
         return "not a regular file (a folder, a FIFO or a device): submit the notebook file"
     if info.st_size > MAX_SUBMISSION_BYTES:
-        return (f"{info.st_size / 2**20:.0f} MiB, over the {MAX_SUBMISSION_BYTES // 2**20} MiB "
-                "a submission may be: clear the outputs and submit again")  # fmt: skip
+        return (
+            f"{info.st_size / 2**20:.0f} MiB, over the {MAX_SUBMISSION_BYTES // 2**20} MiB "
+            "a submission may be: clear the outputs and submit again"
+        )
     return None
 
 
@@ -127,8 +129,11 @@ class Grader:
             # file name, which stays outside)
             copy = scratch / f"{lab}.ipynb"
             copy.write_bytes(checks_at_the_end(notebook.read_bytes()))
-            request = {"notebook": str(copy), "grader_dir": str(scratch),
-                       "own_processes": self.use_sandbox}  # a pid namespace of its own
+            request = {
+                "notebook": str(copy),
+                "grader_dir": str(scratch),
+                "own_processes": self.use_sandbox,
+            }  # a pid namespace of its own
             if lab in JUDGED_APART:  # the tests travel on the judge's stdin, never on disk
                 request["tests"] = lab_tests(autograder)
             else:  # otter checks in the kernel, from the zip
@@ -157,8 +162,7 @@ class Grader:
         if self._ended is not None:  # ended whole at a bound of the job's: that is its row
             return row([bound_met(self._ended, self.limits, self.cores)])
         if outcome.get("timed_out"):
-            return row([f"stopped after the time limit of {self.timeout_s:g} s (an endless "
-                        "loop?)"])  # fmt: skip
+            return row([f"stopped after the time limit of {self.timeout_s:g} s (an endless loop?)"])
         if "exercises" not in outcome and "error" in outcome and "syntax_errors" not in outcome:
             return row([f"grading failed: {outcome['error']}"])
         if why := invalid_result(outcome, points):  # nothing from the sandbox is believed unread
@@ -176,10 +180,16 @@ class Grader:
         (the JSON line it wrote on its stdout) and its stderr."""
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(scratch / "home"), "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-            "USER": "learner", "LOGNAME": "learner", "MPLBACKEND": "Agg",
-            "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", GRADING_ENV: "1",
-        }  # fmt: skip
+            "HOME": str(scratch / "home"),
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "USER": "learner",
+            "LOGNAME": "learner",
+            "MPLBACKEND": "Agg",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            GRADING_ENV: "1",
+        }
         env.update({k: v for k, v in os.environ.items() if k == "GRPO_QUICK"})
         if self.threads is not None:
             env |= {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
@@ -207,9 +217,14 @@ class Grader:
                     group.create()
                     argv = group.wrap(argv)
                 self._process = subprocess.Popen(
-                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                    env=env, cwd=scratch, start_new_session=True,
-                )  # fmt: skip
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    env=env,
+                    cwd=scratch,
+                    start_new_session=True,
+                )
             except OSError:
                 if group is not None:
                     group.remove()
@@ -228,13 +243,18 @@ class Grader:
                 watch = None
             try:
                 key = secrets.token_bytes(32)  # signs the one result this job believes
-                out = _bounded_exchange(self._process, json.dumps(
-                    {**request, "result_key": key.hex()}).encode(), self.timeout_s)  # fmt: skip
+                out = _bounded_exchange(
+                    self._process,
+                    json.dumps({**request, "result_key": key.hex()}).encode(),
+                    self.timeout_s,
+                )
                 if len(out) > MAX_RESULT_BYTES:
                     outcome = {"error": f"its result passed {MAX_RESULT_BYTES // 2**20} MiB"}
                 elif (outcome := signed_outcome(out, key)) is None:
-                    outcome = {"error": "no result signed by its grading process (a forged or "
-                               "broken result line?)"}  # fmt: skip
+                    outcome = {
+                        "error": "no result signed by its grading process (a forged or "
+                        "broken result line?)"
+                    }
             except subprocess.TimeoutExpired:
                 self._end()
                 outcome = {"timed_out": True}
@@ -286,8 +306,11 @@ problem that names it."""
 def limits_reached(cell_errors: list[dict]) -> list[str]:
     """The sandbox limits a notebook's cells ran into, one problem each (the row says "disk
     limit", not only the learner's OSError)."""
-    found = [label for sign, label in LIMIT_SIGNS.items()
-             if any(sign in error["error"] for error in cell_errors)]  # fmt: skip
+    found = [
+        label
+        for sign, label in LIMIT_SIGNS.items()
+        if any(sign in error["error"] for error in cell_errors)
+    ]
     return list(dict.fromkeys(found))
 
 
@@ -318,8 +341,9 @@ def _bounded_exchange(process: subprocess.Popen, request: bytes, timeout_s: floa
 
     read: list[bytes] = []
     threading.Thread(target=feed, daemon=True).start()
-    reader = threading.Thread(target=lambda: read.append(process.stdout.read(MAX_RESULT_BYTES + 1)),
-                              daemon=True)  # fmt: skip
+    reader = threading.Thread(
+        target=lambda: read.append(process.stdout.read(MAX_RESULT_BYTES + 1)), daemon=True
+    )
     reader.start()
     reader.join(timeout_s)
     if reader.is_alive():
@@ -367,17 +391,26 @@ def invalid_result(outcome: dict, points: dict[str, float]) -> str | None:
         if not 0 <= score <= possible:
             return f"{name}: a score of {score:g} is outside 0 to {possible:g}"
         failures, hidden = exercise["failures"], exercise["hidden"]
-        if not _strings(failures, 1000) or not isinstance(hidden, list) or not all(
-            isinstance(h, bool) for h in hidden
-        ) or len(hidden) not in (0, len(failures)):  # fmt: skip
+        if (
+            not _strings(failures, 1000)
+            or not isinstance(hidden, list)
+            or not all(isinstance(h, bool) for h in hidden)
+            or len(hidden) not in (0, len(failures))
+        ):
             return f"{name}: its failures are not the grader's"
     if not _strings(outcome.get("reports"), 50):
         return "its reports are not a list of text"
     errors = outcome.get("cell_errors", [])
-    if not isinstance(errors, list) or len(errors) > MAX_CELL_ERRORS + 1 or not all(
-        isinstance(e, dict) and set(e) == {"cell", "error", "traceback"}
-        and all(isinstance(v, str) for v in e.values()) for e in errors
-    ):  # fmt: skip
+    if (
+        not isinstance(errors, list)
+        or len(errors) > MAX_CELL_ERRORS + 1
+        or not all(
+            isinstance(e, dict)
+            and set(e) == {"cell", "error", "traceback"}
+            and all(isinstance(v, str) for v in e.values())
+            for e in errors
+        )
+    ):
         return "its cell errors are not the grader's"
     return None
 
@@ -472,8 +505,12 @@ def grade_folder(
     def column(lab: str, name: str) -> str:
         return f"{lab}/{name}" if mixed else name
 
-    columns = [c for lab, names in exercises.items() for n in names
-               for c in (column(lab, n), f"{column(lab, n)} first failure")]  # fmt: skip
+    columns = [
+        c
+        for lab, names in exercises.items()
+        for n in names
+        for c in (column(lab, n), f"{column(lab, n)} first failure")
+    ]
     header = ["notebook", "lab", *columns, "total", "possible", "problem", "seconds"]
     feedback_dir = out.parent / f"{out.stem}-feedback"
     instructor_dir = out.parent / f"{out.stem}-instructor"
@@ -500,9 +537,14 @@ def grade_folder(
         try:
             graded = grader.grade(notebook)
         except Exception as error:  # a bug of ours stays this submission's row
-            graded = Graded(notebook.name, labs.get(notebook, ""), [], [],
-                            f"grading failed: {type(error).__name__}: {error}",
-                            traceback.format_exc())  # fmt: skip
+            graded = Graded(
+                notebook.name,
+                labs.get(notebook, ""),
+                [],
+                [],
+                f"grading failed: {type(error).__name__}: {error}",
+                traceback.format_exc(),
+            )
         finally:
             with lock:
                 free.append(grader)

@@ -127,8 +127,10 @@ def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
             cgroup=not args.no_cgroup,
         )
     except KeyboardInterrupt:
-        print(f"interrupted: every grading process was stopped; the rows written so far are in "
-              f"{out}", file=sys.stderr)  # fmt: skip
+        print(
+            f"interrupted: every grading process was stopped; the rows written so far are in {out}",
+            file=sys.stderr,
+        )
         raise SystemExit(130) from None
     return {
         "graded": len(rows),

@@ -24,29 +24,94 @@ from dataclasses import dataclass
 from grpo_minimal.labs.checking import NOT_RUN
 from grpo_minimal.labs.source import bound_names, flat, parsed_cells, reachable
 
-ALLOWED_MODULES = frozenset({
-    "__future__", "cmath", "collections", "copy", "dataclasses", "decimal", "enum", "fractions",
-    "functools", "grpo_minimal", "itertools", "math", "numbers", "numpy", "random", "re",
-    "statistics", "string", "torch", "transformers", "typing",
-})  # fmt: skip
+ALLOWED_MODULES = frozenset(
+    {
+        "__future__",
+        "cmath",
+        "collections",
+        "copy",
+        "dataclasses",
+        "decimal",
+        "enum",
+        "fractions",
+        "functools",
+        "grpo_minimal",
+        "itertools",
+        "math",
+        "numbers",
+        "numpy",
+        "random",
+        "re",
+        "statistics",
+        "string",
+        "torch",
+        "transformers",
+        "typing",
+    }
+)
 """The modules a definition may import (and their submodules): no ``os``, ``sys``, ``gc``,
 ``inspect``, ``importlib``, ``ctypes``, ``builtins``, ``pickle``..."""
 
-FORBIDDEN_NAMES = frozenset({
-    "breakpoint", "compile", "delattr", "eval", "exec", "exit", "getattr", "globals", "help",
-    "input", "locals", "open", "quit", "setattr", "vars",
-})  # fmt: skip
+FORBIDDEN_NAMES = frozenset(
+    {
+        "breakpoint",
+        "compile",
+        "delattr",
+        "eval",
+        "exec",
+        "exit",
+        "getattr",
+        "globals",
+        "help",
+        "input",
+        "locals",
+        "open",
+        "quit",
+        "setattr",
+        "vars",
+    }
+)
 """Built-ins a definition may not name: they run text as code, reach a namespace, or change an
 attribute by a name given at run time. ``getattr`` is allowed only called as
 ``getattr(x, "plain name")``. (As attributes they are fine: ``model.eval()``, ``re.compile``;
 ``builtins``, where they would be reached, is refused.)"""
 
-FORBIDDEN_MODULES = frozenset({
-    "atexit", "builtins", "code", "codeop", "copyreg", "ctypes", "dis", "gc", "glob", "importlib",
-    "inspect", "io", "linecache", "marshal", "multiprocessing", "operator", "os", "pathlib",
-    "pickle", "runpy", "shutil", "signal", "site", "socket", "subprocess", "sys", "sysconfig",
-    "tempfile", "threading", "traceback", "types", "weakref",
-})  # fmt: skip
+FORBIDDEN_MODULES = frozenset(
+    {
+        "atexit",
+        "builtins",
+        "code",
+        "codeop",
+        "copyreg",
+        "ctypes",
+        "dis",
+        "gc",
+        "glob",
+        "importlib",
+        "inspect",
+        "io",
+        "linecache",
+        "marshal",
+        "multiprocessing",
+        "operator",
+        "os",
+        "pathlib",
+        "pickle",
+        "runpy",
+        "shutil",
+        "signal",
+        "site",
+        "socket",
+        "subprocess",
+        "sys",
+        "sysconfig",
+        "tempfile",
+        "threading",
+        "traceback",
+        "types",
+        "weakref",
+    }
+)
 """Modules a definition may not import by name from anywhere (the package's modules import
 some: ``from grpo_minimal.labs.reward import builtins``); a variable of its own may carry such a
 name. All but the few that are common attribute names elsewhere (``err.code``, ``x.types``:
@@ -54,11 +119,28 @@ name. All but the few that are common attribute names elsewhere (``err.code``, `
 
 COMMON_NAMES = frozenset({"code", "codeop", "dis", "glob", "signal", "site", "traceback", "types"})
 
-FORBIDDEN_ATTRIBUTES = frozenset({
-    "cpp_extension", "hub", "library", "load", "load_inline", "load_library", "loads",
-    "update_wrapper", "wraps", "f_back", "f_builtins", "f_globals", "f_locals", "tb_frame",
-    "tb_next", "gi_frame", "cr_frame", "ag_frame",
-}) | (FORBIDDEN_MODULES - COMMON_NAMES)  # fmt: skip
+FORBIDDEN_ATTRIBUTES = frozenset(
+    {
+        "cpp_extension",
+        "hub",
+        "library",
+        "load",
+        "load_inline",
+        "load_library",
+        "loads",
+        "update_wrapper",
+        "wraps",
+        "f_back",
+        "f_builtins",
+        "f_globals",
+        "f_locals",
+        "tb_frame",
+        "tb_next",
+        "gi_frame",
+        "cr_frame",
+        "ag_frame",
+    }
+) | (FORBIDDEN_MODULES - COMMON_NAMES)
 """Attribute names (on any object), names imported and parts of a dotted import a definition
 may not use: loading code or pickles (``torch.load``, ``np.load``,
 ``torch.utils.cpp_extension``), replacing an operator's kernel (``torch.library``), copying one
@@ -66,10 +148,20 @@ object's attributes onto another (``functools.update_wrapper``, ``functools.wrap
 namespaces, the refused modules. Every attribute starting with ``_`` is refused too
 (``__dict__``, ``torch._C``)."""
 
-MUTATORS = frozenset({
-    "append", "clear", "discard", "extend", "insert", "pop", "popitem", "remove", "setdefault",
-    "update",
-})  # fmt: skip
+MUTATORS = frozenset(
+    {
+        "append",
+        "clear",
+        "discard",
+        "extend",
+        "insert",
+        "pop",
+        "popitem",
+        "remove",
+        "setdefault",
+        "update",
+    }
+)
 """Methods that change a container in place: not used, called or read, on anything that is not
 the function's own; called at the top level, they make the name they change unreadable."""
 
@@ -77,8 +169,10 @@ the function's own; called at the top level, they make the name they change unre
 def told(name: str, reason: str) -> str:
     """What a learner reads for a refused function, in grading and in ``lab check`` alike (the
     rules themselves are in the learners' README, "How it is graded")."""
-    return (f"{NOT_RUN}`{name}` or what it uses {reason}; see \"How it is graded\" in "
-            "notebooks/labs/README.md")
+    return (
+        f'{NOT_RUN}`{name}` or what it uses {reason}; see "How it is graded" in '
+        "notebooks/labs/README.md"
+    )
 
 
 @dataclass
@@ -92,15 +186,20 @@ class Definitions:
 
 def _keepable(statement: ast.stmt) -> bool:
     """A definition: an import, a def, a class, or an assignment to names alone."""
-    if isinstance(statement, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.AsyncFunctionDef
-                  | ast.ClassDef):  # fmt: skip
+    if isinstance(
+        statement,
+        ast.Import | ast.ImportFrom | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+    ):
         return True
     if isinstance(statement, ast.AnnAssign):
         return statement.value is not None and isinstance(statement.target, ast.Name)
     if isinstance(statement, ast.Assign):
-        return all(isinstance(node, ast.Name | ast.Tuple | ast.List | ast.Starred)
-                   for target in statement.targets for node in ast.walk(target)
-                   if not isinstance(node, ast.Store | ast.Load))  # fmt: skip
+        return all(
+            isinstance(node, ast.Name | ast.Tuple | ast.List | ast.Starred)
+            for target in statement.targets
+            for node in ast.walk(target)
+            if not isinstance(node, ast.Store | ast.Load)
+        )
     return False
 
 
@@ -125,19 +224,25 @@ def definitions(cells: Sequence[str], names: Sequence[str]) -> Definitions:
         needed, unbound = reachable(statements, [name])
         reasons = []
         if name in unbound:  # made by exec, globals()[...] = ...: nothing to run again
-            reasons.append("is bound by no statement grading can read: define it with a def "
-                           "at the top level of a cell")  # fmt: skip
+            reasons.append(
+                "is bound by no statement grading can read: define it with a def "
+                "at the top level of a cell"
+            )
         for statement in needed:
             if not (_keepable(statement) and id(statement) in top):
-                reasons.append("reads a name bound by a statement that grading does not run "
-                               f"again (line {statement.lineno}): bind it once with an import, "
-                               "a def or `name = value` at the top level of a cell")  # fmt: skip
+                reasons.append(
+                    "reads a name bound by a statement that grading does not run "
+                    f"again (line {statement.lineno}): bind it once with an import, "
+                    "a def or `name = value` at the top level of a cell"
+                )
             elif (why := refusal(statement, classes)) is not None:
                 reasons.append(why)
             for bound in sorted(bound_names(statement) & set(changed)):
-                reasons.append(f"reads `{bound}`, which a top-level statement changes in place "
-                               f"(line {changed[bound]}) where grading does not run it again: "
-                               "make the value whole in its `name = value` line")  # fmt: skip
+                reasons.append(
+                    f"reads `{bound}`, which a top-level statement changes in place "
+                    f"(line {changed[bound]}) where grading does not run it again: "
+                    "make the value whole in its `name = value` line"
+                )
         if reasons:
             refused[name] = reasons[0]
         else:
@@ -159,9 +264,12 @@ def _changed_in_place(statements: list[ast.stmt]) -> dict[str, int]:
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue  # their bodies run when called, not here
         for node in ast.walk(statement):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in MUTATORS
-                    and isinstance(root := _root(node.func.value), ast.Name)):  # fmt: skip
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MUTATORS
+                and isinstance(root := _root(node.func.value), ast.Name)
+            ):
                 changed.setdefault(root.id, node.lineno)
     return changed
 
@@ -216,17 +324,26 @@ def _aliases(function: ast.AST, local: set[str], scopes: list[set[str]]) -> set[
         if isinstance(node, ast.BoolOp):
             return any(of_module(v) for v in node.values)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            return node.func.id in ("getattr", "iter", "next") and bool(node.args) and of_module(
-                node.args[0])
+            return (
+                node.func.id in ("getattr", "iter", "next")
+                and bool(node.args)
+                and of_module(node.args[0])
+            )
         return False
 
     aliases: set[str] = set()
     arguments = function.args  # a parameter whose default is the module's: ``g=torch.autograd``
     positional = [*arguments.posonlyargs, *arguments.args]
-    defaulted = list(zip(positional[len(positional) - len(arguments.defaults):],
-                         arguments.defaults, strict=True))  # fmt: skip
-    defaulted += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
-                  if d is not None]  # fmt: skip
+    defaulted = list(
+        zip(
+            positional[len(positional) - len(arguments.defaults) :], arguments.defaults, strict=True
+        )
+    )
+    defaulted += [
+        (a, d)
+        for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+        if d is not None
+    ]
     aliases |= {argument.arg for argument, default in defaulted if of_module(default)}
     for node in ast.walk(function):
         if isinstance(node, ast.Import | ast.ImportFrom):  # a module, or something of one
@@ -256,12 +373,24 @@ def refusal(statement: ast.stmt, classes: set[str] = frozenset()) -> str | None:
     def walk(node: ast.AST, scopes: list[set[str]], aliases: set[str]) -> str | None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             arguments = node.args
-            annotations = [a.annotation for a in [*arguments.posonlyargs, *arguments.args,
-                           *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
-                           if a is not None and a.annotation is not None]  # fmt: skip
-            evaluated = [*getattr(node, "decorator_list", []), *arguments.defaults,
-                         *[d for d in arguments.kw_defaults if d is not None], *annotations,
-                         *([node.returns] if getattr(node, "returns", None) else [])]  # fmt: skip
+            annotations = [
+                a.annotation
+                for a in [
+                    *arguments.posonlyargs,
+                    *arguments.args,
+                    *arguments.kwonlyargs,
+                    arguments.vararg,
+                    arguments.kwarg,
+                ]
+                if a is not None and a.annotation is not None
+            ]
+            evaluated = [
+                *getattr(node, "decorator_list", []),
+                *arguments.defaults,
+                *[d for d in arguments.kw_defaults if d is not None],
+                *annotations,
+                *([node.returns] if getattr(node, "returns", None) else []),
+            ]
             for outer in evaluated:  # evaluated where the function is defined
                 if (why := walk(outer, scopes, aliases)) is not None:
                     return why
@@ -276,8 +405,11 @@ def refusal(statement: ast.stmt, classes: set[str] = frozenset()) -> str | None:
         if (why := _refused_node(node, scopes, aliases, classes)) is not None:
             return why + where(node)
         children = list(ast.iter_child_nodes(node))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
-                node.func.id == "getattr"):  # checked above: getattr(x, "plain name")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and (node.func.id == "getattr")
+        ):  # checked above: getattr(x, "plain name")
             children.remove(node.func)
         for child in children:
             if (why := walk(child, scopes, aliases)) is not None:
@@ -287,32 +419,41 @@ def refusal(statement: ast.stmt, classes: set[str] = frozenset()) -> str | None:
     return walk(statement, [], set())
 
 
-def _refused_node(node: ast.AST, scopes: list[set[str]], aliases: set[str],
-                  classes: set[str]) -> str | None:  # fmt: skip
+def _refused_node(
+    node: ast.AST, scopes: list[set[str]], aliases: set[str], classes: set[str]
+) -> str | None:
     """Why this one node (not its children) is refused, or None."""
 
     def own(name: ast.expr) -> bool:  # a variable of the function it is in, not an alias
-        return isinstance(name, ast.Name) and any(name.id in s for s in scopes) and (
-            name.id not in aliases)
+        return (
+            isinstance(name, ast.Name)
+            and any(name.id in s for s in scopes)
+            and (name.id not in aliases)
+        )
 
     if isinstance(node, ast.Global | ast.Nonlocal):
         return f"uses `{type(node).__name__.lower()}`"
     if isinstance(node, ast.Import | ast.ImportFrom):
         if isinstance(node, ast.ImportFrom) and (node.level or node.module is None):
             return "a relative import"
-        modules = [node.module] if isinstance(node, ast.ImportFrom) else [
-            a.name for a in node.names]
+        modules = (
+            [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+        )
         for module in modules:
             parts = str(module).split(".")
             if parts[0] not in ALLOWED_MODULES:
                 return f"imports `{module}`"
             if module != "__future__" and any(
-                    p.startswith("_") or p in FORBIDDEN_ATTRIBUTES for p in parts[1:]):
+                p.startswith("_") or p in FORBIDDEN_ATTRIBUTES for p in parts[1:]
+            ):
                 return f"imports `{module}`"
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                if alias.name == "*" or alias.name.startswith("_") or (
-                        alias.name in FORBIDDEN_ATTRIBUTES | FORBIDDEN_MODULES):
+                if (
+                    alias.name == "*"
+                    or alias.name.startswith("_")
+                    or (alias.name in FORBIDDEN_ATTRIBUTES | FORBIDDEN_MODULES)
+                ):
                     return f"imports `{alias.name}` from `{node.module}`"
         return None
     if isinstance(node, ast.Name):
@@ -335,18 +476,26 @@ def _refused_node(node: ast.AST, scopes: list[set[str]], aliases: set[str],
         func = node.func
         if isinstance(func, ast.Name) and func.id == "getattr":
             name = node.args[1] if len(node.args) > 1 else None
-            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)
-                    and not name.value.startswith("_")
-                    and name.value not in FORBIDDEN_ATTRIBUTES):  # fmt: skip
-                return "uses `getattr` other than as getattr(x, \"a plain name\")"
+            if not (
+                isinstance(name, ast.Constant)
+                and isinstance(name.value, str)
+                and not name.value.startswith("_")
+                and name.value not in FORBIDDEN_ATTRIBUTES
+            ):
+                return 'uses `getattr` other than as getattr(x, "a plain name")'
         if isinstance(func, ast.Name) and func.id == "type" and len(node.args) == 3:
             return "makes a class with `type`"
         return None
     if isinstance(node, ast.ClassDef):
-        exceptions = {n for n in dir(builtins) if isinstance(getattr(builtins, n), type)
-                      and issubclass(getattr(builtins, n), BaseException)}  # fmt: skip
-        bases_ok = all(isinstance(b, ast.Name) and (b.id in exceptions or b.id in classes)
-                       for b in node.bases)  # fmt: skip
+        exceptions = {
+            n
+            for n in dir(builtins)
+            if isinstance(getattr(builtins, n), type)
+            and issubclass(getattr(builtins, n), BaseException)
+        }
+        bases_ok = all(
+            isinstance(b, ast.Name) and (b.id in exceptions or b.id in classes) for b in node.bases
+        )
         if not node.bases or not bases_ok or node.keywords or node.decorator_list:
             return f"defines the class `{node.name}`, which is not an exception"
         return None

@@ -131,9 +131,11 @@ def syntax_errors(notebook: Path) -> list[str]:
         except SyntaxError as error:
             line = (error.text or "").strip()
             errors.append(
-                (f"cell {index + 1}, line {error.lineno}: SyntaxError: {error.msg}"
-                 + (f": {line}" if line else ""))[:300]
-            )  # fmt: skip
+                (
+                    f"cell {index + 1}, line {error.lineno}: SyntaxError: {error.msg}"
+                    + (f": {line}" if line else "")
+                )[:300]
+            )
         except Exception as error:  # too deeply nested, null bytes, ...
             errors.append(f"cell {index + 1}: {type(error).__name__}: {error}"[:300])
     return errors
@@ -172,8 +174,10 @@ def check_notebook(notebook: Path) -> list[ExerciseResult]:
 def code_cells(content: dict) -> list[str]:
     """The code cells' sources of a notebook's JSON."""
     cells = [c for c in content.get("cells", []) if c.get("cell_type") == "code"]
-    return ["".join(c["source"]) if isinstance(c.get("source"), list) else str(c.get("source", ""))
-            for c in cells]  # fmt: skip
+    return [
+        "".join(c["source"]) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+        for c in cells
+    ]
 
 
 def refused_definitions(cells: list[str], tests: dict[str, str]) -> dict[str, str]:
@@ -185,24 +189,38 @@ def refused_definitions(cells: list[str], tests: dict[str, str]) -> dict[str, st
     from grpo_minimal.instructor.judging import names_taken
     from grpo_minimal.labs.source import bound_names, statements
 
-    uses = {name: names_taken(ExceptionTestFile.from_string(source, path=f"{name}.py"))
-            for name, source in tests.items()}
+    uses = {
+        name: names_taken(ExceptionTestFile.from_string(source, path=f"{name}.py"))
+        for name, source in tests.items()
+    }
     functions = set()  # what the kernel would find to be functions: defs, lambdas, imports, aliases
     for statement in statements(cells):
         if isinstance(statement, ast.FunctionDef | ast.Import | ast.ImportFrom) or (
-                isinstance(statement, ast.Assign)
-                and isinstance(statement.value, ast.Lambda | ast.Name | ast.Attribute)):
+            isinstance(statement, ast.Assign)
+            and isinstance(statement.value, ast.Lambda | ast.Name | ast.Attribute)
+        ):
             functions |= bound_names(statement)
     functions &= {param for params in uses.values() for param in params}
     refused = definitions(cells, sorted(functions)).refused
-    return {exercise: told(name, refused[name]) for exercise, params in uses.items()
-            for name in sorted(params) if name in refused}  # fmt: skip
+    return {
+        exercise: told(name, refused[name])
+        for exercise, params in uses.items()
+        for name in sorted(params)
+        if name in refused
+    }
 
 
 JUDGED_APART = frozenset(
-    {"01_advantages", "02_returns", "03_objective", "04_reward", "05_find_the_bugs",
-     "06_llm_step", "07_capstone"}
-)  # fmt: skip
+    {
+        "01_advantages",
+        "02_returns",
+        "03_objective",
+        "04_reward",
+        "05_find_the_bugs",
+        "06_llm_step",
+        "07_capstone",
+    }
+)
 """Labs whose checks run outside the learner's kernel (``judging.py``): no notebook of theirs can
 change its own score. (Every lab now; otter's in-kernel checking stays for a lab added without
 judging, and for ``lab check``, where a learner checks their own work.)"""
@@ -254,8 +272,11 @@ def grade_notebook_file(
 
         with _quiet():
             results, reports, executed = judge_notebook(
-                notebook, tests if tests is not None else lab_tests(autograder), KERNEL_STARTUP_S,
-                measured=name in MEASURED_APART, own_processes=own_processes,
+                notebook,
+                tests if tests is not None else lab_tests(autograder),
+                KERNEL_STARTUP_S,
+                measured=name in MEASURED_APART,
+                own_processes=own_processes,
             )
         return _exercises(results), reports, cell_errors(executed)
     from otter.api import grade_submission
@@ -295,11 +316,15 @@ def cell_errors(executed) -> list[dict]:
                 continue
             source = str(cell.get("source", "")).strip().splitlines()
             value = (str(output.get("evalue", "")).strip().splitlines() or [""])[0]
-            errors.append({
-                "cell": (source[0] if source else "")[:80],
-                "error": f"{output.get('ename', 'Error')}: {value}"[:200].rstrip(": "),
-                "traceback": _ANSI.sub("", "\n".join(output.get("traceback", [])))[-MAX_TRACEBACK:],
-            })  # fmt: skip
+            errors.append(
+                {
+                    "cell": (source[0] if source else "")[:80],
+                    "error": f"{output.get('ename', 'Error')}: {value}"[:200].rstrip(": "),
+                    "traceback": _ANSI.sub("", "\n".join(output.get("traceback", [])))[
+                        -MAX_TRACEBACK:
+                    ],
+                }
+            )
     if more:
         errors.append({"cell": "", "error": f"and {more} more errors, not kept", "traceback": ""})
     return errors
@@ -404,11 +429,16 @@ def _graded_process() -> None:
     problems = syntax_errors(notebook)[:MAX_SYNTAX_ERRORS]
     try:
         exercises, reports, errors = grade_notebook_file(
-            notebook, Path(request["grader_dir"]), request.get("tests"),
+            notebook,
+            Path(request["grader_dir"]),
+            request.get("tests"),
             request.get("own_processes") is True,
         )
-        outcome = {"exercises": [asdict(e) for e in exercises], "reports": reports[:50],
-                   "cell_errors": errors}  # fmt: skip
+        outcome = {
+            "exercises": [asdict(e) for e in exercises],
+            "reports": reports[:50],
+            "cell_errors": errors,
+        }
     except BaseException as error:
         traceback.print_exc()
         first = (str(error).strip().splitlines() or [""])[0][:200]

@@ -46,10 +46,26 @@ KERNEL_CODE = resources.files(__package__).joinpath("kernel_code.py").read_text(
 """Run as a cell in the learner's kernel after the notebook (``kernel_code.py``)."""
 
 SAFE_EXCEPTIONS = (
-    ValueError, TypeError, IndexError, KeyError, LookupError, ZeroDivisionError, ArithmeticError,
-    OverflowError, AttributeError, NameError, RuntimeError, NotImplementedError, RecursionError,
-    AssertionError, ImportError, ModuleNotFoundError, StopIteration, MemoryError, OSError,
-)  # fmt: skip
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    LookupError,
+    ZeroDivisionError,
+    ArithmeticError,
+    OverflowError,
+    AttributeError,
+    NameError,
+    RuntimeError,
+    NotImplementedError,
+    RecursionError,
+    AssertionError,
+    ImportError,
+    ModuleNotFoundError,
+    StopIteration,
+    MemoryError,
+    OSError,
+)
 """Built-in exceptions a learner's error is rebuilt as (so ``except ValueError`` still works)."""
 
 
@@ -288,8 +304,9 @@ class Kernel:
         def serve() -> None:
             pause = 0.0002  # short while the kernel calls, up to 20 ms while it computes
             while not done.is_set():
-                requests = [r for r in sorted(self.folder.glob("call-*.pt"))
-                            if _CALL_FILE.fullmatch(r.name)]  # fmt: skip
+                requests = [
+                    r for r in sorted(self.folder.glob("call-*.pt")) if _CALL_FILE.fullmatch(r.name)
+                ]
                 for request in requests:
                     self._serve(request)
                 pause = 0.0002 if requests else min(2 * pause, 0.02)
@@ -441,9 +458,14 @@ class RemoteFunction(InKernel):
 
     def _answer(self, request: dict, args: tuple, kwargs: dict) -> Any:
         lend = self.kernel.lend
-        answer = self.kernel.ask({**request, "name": self.__name__,
-                                  "args": [lend(value) for value in args],
-                                  "kwargs": {key: lend(value) for key, value in kwargs.items()}})  # fmt: skip
+        answer = self.kernel.ask(
+            {
+                **request,
+                "name": self.__name__,
+                "args": [lend(value) for value in args],
+                "kwargs": {key: lend(value) for key, value in kwargs.items()},
+            }
+        )
         _write_back(list(args), decode(answer.get("args")))
         after = decode(answer.get("kwargs"))
         after = after if isinstance(after, dict) else {}

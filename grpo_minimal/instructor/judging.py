@@ -50,8 +50,13 @@ def _graded_cells(notebook) -> list[tuple[int, Any]]:
     return cells
 
 
-def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int,
-                   measured: bool = False, own_processes: bool = False) -> tuple:  # fmt: skip
+def judge_notebook(
+    notebook: Path,
+    tests: dict[str, str],
+    startup_timeout: int,
+    measured: bool = False,
+    own_processes: bool = False,
+) -> tuple:
     """Run ``notebook`` in a kernel, then every check of ``tests`` (test file name -> otter
     exception-format source) here, the learner's functions called in that kernel or, with
     ``measured``, in a measurer.
@@ -70,11 +75,18 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int,
 
     notebook = Path(notebook)
     executed = nbformat.read(notebook, as_version=4)
-    client = NotebookClient(executed, timeout=None, allow_errors=True, kernel_name="python3",
-                            startup_timeout=startup_timeout,
-                            resources={"metadata": {"path": str(notebook.parent)}})  # fmt: skip
-    files = [ExceptionTestFile.from_string(source, path=f"tests/{name}.py")
-             for name, source in sorted(tests.items())]  # fmt: skip
+    client = NotebookClient(
+        executed,
+        timeout=None,
+        allow_errors=True,
+        kernel_name="python3",
+        startup_timeout=startup_timeout,
+        resources={"metadata": {"path": str(notebook.parent)}},
+    )
+    files = [
+        ExceptionTestFile.from_string(source, path=f"tests/{name}.py")
+        for name, source in sorted(tests.items())
+    ]
     reports: list[str] = []
     graded = _graded_cells(executed)
     source = [str(cell.get("source", "")) for _, cell in graded]
@@ -89,9 +101,14 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int,
                 try:
                     client.execute_cell(cell, index)
                 except DeadKernelError:  # the notebook ended its kernel: the checks say so
-                    cell.setdefault("outputs", []).append(nbformat.v4.new_output(
-                        "error", ename="DeadKernelError",
-                        evalue="the kernel died while this cell ran", traceback=[]))  # fmt: skip
+                    cell.setdefault("outputs", []).append(
+                        nbformat.v4.new_output(
+                            "error",
+                            ename="DeadKernelError",
+                            evalue="the kernel died while this cell ran",
+                            traceback=[],
+                        )
+                    )
                     break
             kernel = Kernel(client, Path(exchange), source)
             described = kernel.describe(every_name)
@@ -102,8 +119,9 @@ def judge_notebook(notebook: Path, tests: dict[str, str], startup_timeout: int,
                 end_other_processes(keep={process.pid})
             functions = [n for n, kind in described.items() if kind == ("function",)]
             with tempfile.TemporaryDirectory(prefix="lab-measure-") as folder:
-                measuring = measurer.Measurer(process, Path(folder), source,
-                                              definitions(source, functions))  # fmt: skip
+                measuring = measurer.Measurer(
+                    process, Path(folder), source, definitions(source, functions)
+                )
                 _run_checks(files, environment(described, measuring), reports)
     finally:
         if process is not None:

@@ -9,12 +9,14 @@ an instrument of a check that stays in the judge reaches the learner's function 
 ``__GrpoInstrument__``.
 """
 
+
 def __grpo_encode__(x, depth=0):
     """A value as data: plain Python values, tensors and tagged dicts (``__grpo_write__``)."""
     import dataclasses
     import fractions
 
     import torch
+
     if depth > 30:
         return {"__grpo__": "opaque", "type": type(x).__name__, "repr": "(too deeply nested)"}
     if x is None or type(x) in (bool, int, float, str):
@@ -30,7 +32,9 @@ def __grpo_encode__(x, depth=0):
         state = {k: v.detach().clone() for k, v in x.state_dict().items()}
         return {"__grpo__": "module", "state": state}
     if isinstance(x, torch.Tensor):
-        return torch.Tensor(x.detach().clone()) if type(x) is not torch.Tensor else x.detach().clone()
+        return (
+            torch.Tensor(x.detach().clone()) if type(x) is not torch.Tensor else x.detach().clone()
+        )
     if isinstance(x, (list, tuple)):
         items = [__grpo_encode__(v, depth + 1) for v in x]
         return items if isinstance(x, list) else tuple(items)
@@ -38,9 +42,14 @@ def __grpo_encode__(x, depth=0):
         return {k: __grpo_encode__(v, depth + 1) for k, v in x.items()}
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         kind = type(x)
-        return {"__grpo__": "dataclass", "type": f"{kind.__module__}.{kind.__qualname__}",
-                "fields": {f.name: __grpo_encode__(getattr(x, f.name), depth + 1)
-                           for f in dataclasses.fields(x)}}
+        return {
+            "__grpo__": "dataclass",
+            "type": f"{kind.__module__}.{kind.__qualname__}",
+            "fields": {
+                f.name: __grpo_encode__(getattr(x, f.name), depth + 1)
+                for f in dataclasses.fields(x)
+            },
+        }
     try:
         text = repr(x)[:300]
     except Exception:
@@ -58,8 +67,18 @@ def __grpo_write__(value, path):
     from safetensors.torch import save
 
     tensors = {}
-    storable = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-                torch.float16, torch.bfloat16, torch.float32, torch.float64}
+    storable = {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+    }
 
     def plain(x):
         if isinstance(x, torch.Tensor):
@@ -113,11 +132,19 @@ class __GrpoInstrument__:
         import time
 
         import torch
+
         folder, key, kind, _ = self._where
         number = next(__grpo_calls__)
         request, answer = f"{folder}/call-{number}.pt", f"{folder}/call-{number}.answer"
-        __grpo_write__({"key": key, "method": method, "args": __grpo_encode__(list(args)),
-                        "kwargs": __grpo_encode__(dict(kwargs))}, request)
+        __grpo_write__(
+            {
+                "key": key,
+                "method": method,
+                "args": __grpo_encode__(list(args)),
+                "kwargs": __grpo_encode__(dict(kwargs)),
+            },
+            request,
+        )
         deadline, pause = time.monotonic() + 600, 0.0002
         while not os.path.exists(answer):
             if time.monotonic() > deadline:
@@ -129,6 +156,7 @@ class __GrpoInstrument__:
         if "raised" in result:
             kind_name, message = result["raised"]
             import builtins
+
             error = getattr(builtins, kind_name, None)
             if not (isinstance(error, type) and issubclass(error, Exception)):
                 error = RuntimeError
@@ -158,8 +186,13 @@ def __grpo_judge__(request_path, answer_path):
         try:
             result = call()
         except BaseException as error:
-            return {"raised": {"types": [t.__name__ for t in type(error).__mro__],
-                               "message": str(error)[:2000], "text": raised(error)[:2000]}}
+            return {
+                "raised": {
+                    "types": [t.__name__ for t in type(error).__mro__],
+                    "message": str(error)[:2000],
+                    "text": raised(error)[:2000],
+                }
+            }
         return {"ok": encode(result)}
 
     request = torch.load(request_path, weights_only=False)

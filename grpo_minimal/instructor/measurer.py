@@ -47,9 +47,13 @@ _serve()
 def start(modules: list[str]) -> subprocess.Popen:
     """The measurer's process, importing ``modules`` (the lab's checks) while it waits;
     returned once it has made itself not dumpable (before any learner code can exist)."""
-    process = subprocess.Popen([sys.executable, "-P", "-c", BOOT, *modules],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, close_fds=True)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-P", "-c", BOOT, *modules],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+    )
     if process.stdout.readline(64) != b"ready\n":  # it stopped: every call will say so
         process.kill()
     return process
@@ -61,8 +65,9 @@ class Measurer(Kernel):
 
     called = "the process that runs your functions for the checks"
 
-    def __init__(self, process: subprocess.Popen, folder: Path, source: list[str],
-                 definitions: Definitions) -> None:  # fmt: skip
+    def __init__(
+        self, process: subprocess.Popen, folder: Path, source: list[str], definitions: Definitions
+    ) -> None:
         self.process = process
         self.refused = dict(definitions.refused)
         self._send({"cells": definitions.cells})
@@ -122,8 +127,9 @@ def _serve() -> None:
                 linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
                 for statement in module.body:  # one failing definition stops no other
                     try:
-                        code = compile(type(module)(body=[statement], type_ignores=[]),
-                                       filename, "exec")  # fmt: skip
+                        code = compile(
+                            type(module)(body=[statement], type_ignores=[]), filename, "exec"
+                        )
                         exec(code, space)
                     except BaseException:
                         pass
@@ -135,4 +141,3 @@ def _serve() -> None:
             reply(f"{type(error).__name__}: {str(error)[:200]}")
             continue
         reply(None)
-

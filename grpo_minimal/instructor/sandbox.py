@@ -137,8 +137,24 @@ def readable_folders() -> list[Path]:
     return [*_python_folders(), package, data_dir().resolve()]
 
 
-SYSTEM_FOLDERS = {Path(p) for p in ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev",
-                                   "/proc", "/sys", "/run", "/var", "/opt")}  # fmt: skip
+SYSTEM_FOLDERS = {
+    Path(p)
+    for p in (
+        "/",
+        "/usr",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib64",
+        "/etc",
+        "/dev",
+        "/proc",
+        "/sys",
+        "/run",
+        "/var",
+        "/opt",
+    )
+}
 """Folders the system runs from: never emptied over what is bound in, even when the instructor
 works in one."""
 
@@ -259,12 +275,22 @@ def command(
         if path.exists() and not any(_within(path, b) for b in bound):
             args += _bind(path, bound, made, "--ro-bind")
     # an instructor's folder inside a folder bound in is emptied
-    covers = [folder for folder in hidden if folder.is_dir()
-              and any(_within(folder, r) and folder != r for r in readable)]  # fmt: skip
+    covers = [
+        folder
+        for folder in hidden
+        if folder.is_dir() and any(_within(folder, r) and folder != r for r in readable)
+    ]
     for folder in covers:
         args += ["--tmpfs", str(folder)]
-    args += [*_parents(scratch, bound, made), "--size", size, "--perms", "1777", "--tmpfs",
-             str(scratch)]  # fmt: skip
+    args += [
+        *_parents(scratch, bound, made),
+        "--size",
+        size,
+        "--perms",
+        "1777",
+        "--tmpfs",
+        str(scratch),
+    ]
     for entry in sorted(scratch.iterdir()):  # what grading put there: read-only
         if entry.is_dir() and not entry.is_symlink() and not any(entry.iterdir()):
             args += ["--perms", "1777", "--dir", str(entry)]
@@ -288,8 +314,13 @@ def command(
                 else:
                     args += ["--ro-bind", "/dev/null", str(path)]
     else:  # root: every namespace but the user's, then a user id of the job's own (setpriv)
-        args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-                 "--unshare-cgroup-try"]  # fmt: skip
+        args += [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
     # read-only: the sandbox's own root and /dev, and every emptied folder (memory file systems
     # of half the machine's memory each); only the scratch, /tmp and /dev/shm stay writable
     for place in ["/", "/dev", *map(str, covers)]:
@@ -299,13 +330,25 @@ def command(
         args += ["--setenv", key, value]
     args.append("--")
     if uid is not None:
-        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                 "--inh-caps=-all", "--bounding-set=-all"]  # fmt: skip
+        args += [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ]
         if jobs_can_make_user_namespaces():
             args += NO_USER_NAMESPACES
     gib = 1 << 30
-    args += ["prlimit", f"--nproc={limits.processes}", f"--data={int(limits.memory_gib * gib)}",
-             f"--fsize={int(limits.file_gib * gib)}", "--core=0", "--"]  # fmt: skip
+    args += [
+        "prlimit",
+        f"--nproc={limits.processes}",
+        f"--data={int(limits.memory_gib * gib)}",
+        f"--fsize={int(limits.file_gib * gib)}",
+        "--core=0",
+        "--",
+    ]
     return args + argv
 
 
