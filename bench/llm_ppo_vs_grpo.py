@@ -60,6 +60,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from provenance import provenance  # noqa: E402  (bench/ is on the path when it runs)
+
 RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = {  # (GRPO prompts x G, PPO prompts): the same completions per step
     "defaults": ((8, 8), 64),
@@ -116,13 +118,16 @@ def one_run(job: dict) -> dict:
         "step_s",
         "explained_variance",
         "value_loss",
+        "frac_zero_std",
     )
-    rows = load_math_rows(cfg.dataset, "train")[:1000]
+    train_rows = load_math_rows(cfg.dataset, "train")
+    rows = train_rows[:1000]
     longest_prompt = max(len(tokenizer(r["prompt"])["input_ids"]) for r in rows)
     return {
         **{k: job[k] for k in ("algo", "setting", "seed")},
         "config": cfg.to_dict(),
         "completions_per_step": per_step,
+        "train_problems": len(train_rows),
         "evals": [
             {
                 "step": r["step"],
@@ -362,7 +367,9 @@ def write_results(path: Path, result: dict) -> None:
     if "runs" in result:
         runs = ",\n".join(json.dumps(r, separators=(",", ":")) for r in result["runs"])
         text = text[:-2] + ',\n "runs": [\n' + runs + "\n ]\n}"
-    path.write_text(text + "\n")
+    tmp = path.with_suffix(".tmp")  # atomic: a stopped bench leaves the old file whole
+    tmp.write_text(text + "\n")
+    tmp.replace(path)
 
 
 def epochs_control(seeds, steps: int, workers: int) -> dict:
@@ -422,6 +429,173 @@ def epochs_control(seeds, steps: int, workers: int) -> dict:
     return {"summary": summary, "runs": [stored(r) for r in runs]}
 
 
+# The controls (--controls): each a name, its method and its settings over the tiny model's
+# defaults; every one runs over the same seeds, interleaved in one pool, 600 steps unless said.
+CONTROLS = {
+    "ppo": ("ppo", {"prompts_per_step": 64}),
+    "grpo": ("grpo", {"prompts_per_step": 8, "num_generations": 8}),
+    "ppo_8x8": ("ppo", {"prompts_per_step": 8, "num_generations": 8}),
+    "grpo_32x2": ("grpo", {"prompts_per_step": 32, "num_generations": 2}),
+    "ppo_no_critic": ("ppo", {"prompts_per_step": 64, "value_coef": 0.0}),
+    "grpo_16x4": ("grpo", {"prompts_per_step": 16, "num_generations": 4}),
+    "ppo_beta0": ("ppo", {"prompts_per_step": 64, "beta": 0.0}),
+    "grpo_beta0": ("grpo", {"prompts_per_step": 8, "num_generations": 8, "beta": 0.0}),
+    "ppo_fit": ("ppo", {"prompts_per_step": 64}),  # max_steps: the steps that fit GRPO's seconds
+    "grpo_4_epochs": ("grpo", {"prompts_per_step": 8, "num_generations": 8, "num_iterations": 4}),
+}
+# (a, b, what the difference a - b separates): final accuracy, paired by seed
+COMPARISONS = (
+    ("ppo", "grpo", "the headline: PPO - GRPO at the same completions (600 steps x 64)"),
+    (
+        "ppo_8x8",
+        "grpo",
+        "the same rollouts (8 prompts x 8): the critic, batch whitening against the group "
+        "baseline, the KL's place and PPO's 4 epochs",
+    ),
+    ("ppo", "ppo_8x8", "PPO's prompt diversity: 64 prompts x 1 against 8 x 8"),
+    ("ppo_no_critic", "ppo", "the critic: V = 0 (value_coef 0, head at 0) against a learned V"),
+    ("ppo_beta0", "grpo_beta0", "PPO - GRPO with no KL at all (beta 0): the KL's place removed"),
+    ("ppo_beta0", "ppo", "PPO's KL in the reward (beta 0 against 0.04)"),
+    ("grpo_beta0", "grpo", "GRPO's KL in the loss (beta 0 against 0.04)"),
+    ("grpo_16x4", "grpo", "GRPO's prompt diversity: 16 prompts x 4 against 8 x 8"),
+    ("grpo_32x2", "grpo", "GRPO's prompt diversity: 32 prompts x 2 against 8 x 8"),
+    ("grpo_4_epochs", "grpo", "GRPO's epochs: 4 against 1"),
+    ("ppo", "grpo_4_epochs", "PPO - GRPO with 4 epochs each"),
+    (
+        "ppo_fit",
+        "grpo",
+        "equal seconds, each schedule annealed: PPO over the steps that fit GRPO's seconds",
+    ),
+)
+PARTIAL = RESULTS / "llm_ppo_vs_grpo_controls.partial.jsonl"  # one finished run a line
+
+
+def fit_steps(steps: int) -> int:
+    """The PPO steps that take GRPO's seconds for ``steps`` steps: ``steps`` over the step-time
+    ratio committed in ``llm_ppo_vs_grpo.json`` (measured before this run)."""
+    committed = json.loads((RESULTS / "llm_ppo_vs_grpo.json").read_text())["summary"]
+    return max(1, round(steps / committed["defaults"]["step_time_ratio_ppo_over_grpo"]["mean"]))
+
+
+def controls_jobs(seeds, steps: int) -> list[dict]:
+    jobs = []
+    for seed in seeds:  # seed-major: every control of a seed runs beside the others
+        for name, (algo, config) in CONTROLS.items():
+            max_steps = fit_steps(steps) if name == "ppo_fit" else steps
+            common = {"seed": seed, "max_steps": max_steps, "eval_every": 50, "eval_n": 500}
+            jobs.append({"algo": algo, "setting": name, "seed": seed, "config": common | config})
+    return jobs
+
+
+def summarise_controls(runs: list[dict]) -> dict:
+    from grpo_minimal.course.stats import t_interval
+
+    def interval(values, a="a", b="b", null=0.0):
+        mean, low, high = t_interval(values)
+        word = "not resolved" if low <= null <= high else (a if low > null else b) + " higher"
+        return {
+            "mean": round(mean, 4),
+            "low": round(low, 4),
+            "high": round(high, 4),
+            "values": [round(v, 4) for v in values],
+            "verdict": word,
+        }
+
+    by = {}
+    for run in runs:
+        by.setdefault(run["setting"], {})[run["seed"]] = run
+
+    def final(r):
+        return r["evals"][-1]["accuracy"]
+
+    def mean_curve(r, key):
+        values = [v for v in r["curves"].get(key, []) if v is not None]
+        return statistics.fmean(values) if values else None
+
+    settings = {}
+    for name, seeds in by.items():
+        group = list(seeds.values())
+        first = group[0]
+        steps = first["evals"][-1]["step"]
+        prompts = first["config"]["prompts_per_step"] * steps
+        zero_std = [mean_curve(r, "frac_zero_std") for r in group]
+        settings[name] = {
+            "algo": first["algo"],
+            "layout": f"{first['config']['prompts_per_step']} x {first['config']['num_generations']}",
+            "steps": steps,
+            "seeds": sorted(seeds),
+            "prompts_drawn": prompts,
+            "passes_over_train_split": round(prompts / first["train_problems"], 2),
+            "final_accuracy": interval([final(r) for r in group]),
+            "train_s": [r["train_s"] for r in group],
+            "seconds_per_step": split_seconds(group),
+            # all-equal groups give GRPO no signal; with 1 completion a prompt every group is one
+            "frac_zero_std": round(statistics.fmean(zero_std), 4)
+            if first["config"]["num_generations"] > 1 and None not in zero_std
+            else None,
+        }
+    comparisons = []
+    for a, b, question in COMPARISONS:
+        if a not in by or b not in by:
+            continue
+        seeds = sorted(set(by[a]) & set(by[b]))
+        if len(seeds) < 2:
+            continue
+        pa, pb = [by[a][s] for s in seeds], [by[b][s] for s in seeds]
+        within = [min(x["train_s"], y["train_s"]) for x, y in zip(pa, pb, strict=True)]
+        comparisons.append(
+            {
+                "a": a,
+                "b": b,
+                "separates": question,
+                "seeds": seeds,
+                "a_minus_b_final_accuracy": interval(
+                    [final(x) - final(y) for x, y in zip(pa, pb, strict=True)], a, b
+                ),
+                "a_minus_b_equal_seconds": interval(
+                    [
+                        accuracy_within(x, t) - accuracy_within(y, t)
+                        for x, y, t in zip(pa, pb, within, strict=True)
+                    ],
+                    a,
+                    b,
+                ),
+                "train_s_ratio_a_over_b": interval(
+                    [x["train_s"] / y["train_s"] for x, y in zip(pa, pb, strict=True)], a, b, 1.0
+                ),
+            }
+        )
+    return {"settings": settings, "comparisons": comparisons}
+
+
+def controls(seeds, steps: int, workers: int, resume: bool) -> dict:
+    """Every control over the same seeds in one interleaved pool; each finished run is kept in
+    ``PARTIAL`` so that a stopped bench resumes (``--resume``) where it stopped."""
+    done = []
+    if resume and PARTIAL.exists():
+        done = [json.loads(line) for line in PARTIAL.read_text().splitlines() if line.strip()]
+    have = {(r["setting"], r["seed"]) for r in done}
+    jobs = [j for j in controls_jobs(seeds, steps) if (j["setting"], j["seed"]) not in have]
+    print(f"{len(jobs)} runs to go, {len(done)} kept from {PARTIAL.name}", flush=True)
+    with (
+        multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool,
+        PARTIAL.open("a" if resume else "w") as partial,
+    ):
+        for run in pool.imap_unordered(one_run, jobs, chunksize=1):
+            run = stored(run)
+            done.append(run)
+            partial.write(json.dumps(run, separators=(",", ":")) + "\n")
+            partial.flush()
+            print(
+                f"{run['setting']} seed {run['seed']}: {run['evals'][-1]['accuracy']:.3f} "
+                f"in {run['train_s']:.0f} s",
+                flush=True,
+            )
+    order = {name: i for i, name in enumerate(CONTROLS)}
+    done.sort(key=lambda r: (r["seed"], order[r["setting"]]))
+    return {"summary": summarise_controls(done), "runs": done}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -430,11 +604,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 seeds, 40 steps")
     parser.add_argument("--real", action="store_true", help="SmolLM2-135M memory and time")
     parser.add_argument("--epochs", action="store_true", help="GRPO with 4 epochs (a control)")
+    parser.add_argument(
+        "--controls", action="store_true", help="the controls of notebook 12, interleaved"
+    )
+    parser.add_argument("--resume", action="store_true", help="--controls: keep finished runs")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.real:
         result = real_model(steps=3)
         path = RESULTS / "llm_ppo_vs_grpo_real.json"
+    elif args.controls:
+        result = controls(list(range(args.seeds)), args.steps, args.workers, args.resume)
+        path = RESULTS / "llm_ppo_vs_grpo_controls.json"
     elif args.epochs:
         result = epochs_control(list(range(args.seeds)), args.steps, args.workers)
         path = RESULTS / "llm_ppo_vs_grpo_epochs.json"
@@ -446,6 +627,7 @@ def main() -> None:
         result = {"summary": summarise(runs), "runs": [stored(r) for r in runs]}
         path = RESULTS / ("llm_ppo_vs_grpo_quick.json" if args.quick else "llm_ppo_vs_grpo.json")
     result["command"] = "python bench/llm_ppo_vs_grpo.py " + " ".join(sys.argv[1:])
+    result["provenance"] = provenance(threads=2 if args.real else 1)
     result["bench_wall_s"] = round(time.perf_counter() - started, 1)
     write_results(path, result)
     print(json.dumps(result.get("summary", result), indent=1))
