@@ -39,7 +39,7 @@ from pathlib import Path
 
 import psutil
 
-from grpo_minimal.instructor import sandbox
+from grpo_minimal.instructor import sandbox, watchdog
 from grpo_minimal.instructor.build import build_labs
 from grpo_minimal.instructor.classroom import grade_folder
 from grpo_minimal.instructor.grading import JUDGED_APART
@@ -221,6 +221,15 @@ def main() -> None:
     if args.learners != CLASS_SIZE:  # 30 learners who all solve every lab, at these means
         busy = sum(CLASS_SIZE * s for s in per_lab.values() if s is not None)
         result["projected_hours_30_learners_all_solving"] = round(busy / args.jobs / 3600, 2)
+    if watchdog.WATCHED:  # no cgroup per job (an ordinary user): what the watchdog saw and cost
+        watched = watchdog.WATCHED
+        result["watchdog"] = {
+            "jobs_watched": len(watched),
+            "cpu_s": round(sum(w["cpu_s"] for w in watched), 2),
+            "bounds_met": sorted(w["bound"] for w in watched if w["bound"]),
+            "peak_memory_mib": round(max(w["memory"] for w in watched) / 2**20),
+            "peak_busy_threads": round(max(w["cores"] for w in watched), 2),
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

@@ -217,28 +217,55 @@ def test_a_job_never_grades_as_a_user_id_that_is_taken(monkeypatch):
         sleeper.wait()
 
 
-@pytest.mark.parametrize("cgroup", [None, "not root"])
-def test_lab_grade_says_in_one_line_what_its_limits_do_not_bound(
-    cgroup, tmp_path, capsys, monkeypatch
-):
+@pytest.mark.parametrize("cgroup", [None, "not root", "switched off"])
+def test_lab_grade_says_in_one_line_which_bound_holds(cgroup, tmp_path, capsys, monkeypatch):
     import argparse
 
     from grpo_minimal.instructor import cgroups, commands, sandbox
 
     if sandbox.missing_tools() or sandbox.probe():
         pytest.skip("needs a working bubblewrap sandbox (.ci/run installs it)")
-    monkeypatch.setattr(cgroups, "available", lambda: cgroup)
+    monkeypatch.setattr(cgroups, "available", lambda: None if cgroup == "switched off" else cgroup)
     (tmp_path / "a.ipynb").write_text("{}")
     args = argparse.Namespace(
-        folder=str(tmp_path), grader=str(tmp_path), timeout=60, jobs=1, no_sandbox=False
+        folder=str(tmp_path),
+        grader=str(tmp_path),
+        timeout=60,
+        jobs=2,
+        no_sandbox=False,
+        job_memory="1.5G",
+        job_processes=64,
+        no_cgroup=cgroup == "switched off",
     )
     commands.prepare_lab_grade(args)
-    err = capsys.readouterr().err.strip().splitlines()
-    if cgroup is None:  # a cgroup per job: nothing left unbounded to say
-        assert err == []
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "1.5 GiB of memory and 64 processes together" in err, err
+    if cgroup is None:
+        assert "cgroup (v1) of its own" in err and "watchdog" not in err, err
     else:
-        assert err == [commands.per_process_limits(cgroup)] and "(not root)" in err[0]
-        assert "only per process" in err[0] and "memory shared" in err[0] and "CPU" in err[0]
+        assert f"no cgroup per job here ({cgroup})" in err and "the watchdog bounds" in err, err
+        assert f"of {os.cpu_count()} cores busy for" in err, err
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "--job-memory=12X",
+        "--job-memory=100M",
+        "--job-memory=9999T",
+        "--job-processes=0",
+        "--job-processes=x",
+    ],
+)
+def test_a_bad_job_bound_is_one_line(value, tmp_path, capsys):
+    from grpo_minimal import cli
+
+    (tmp_path / "a.ipynb").write_text("{}")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["lab", "grade", str(tmp_path), "--grader", str(tmp_path), value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and value.split("=")[0] in err[0], err
+    assert not (tmp_path / "grades.csv").exists()
 
 
 def test_a_job_that_reaches_a_limit_says_which_in_its_row():
@@ -256,3 +283,26 @@ def test_a_job_that_reaches_a_limit_says_which_in_its_row():
     assert [problem.split(":")[0] for problem in found] == ["disk limit", "memory limit"]
     assert "1 GiB each" in found[0]
     assert classroom.limits_reached(errors[3:]) == []
+
+
+def test_a_notebooks_errors_are_bounded_in_its_result():
+    """A right answer that also shows 36,000 errors: the result keeps the first
+    ``MAX_CELL_ERRORS``, each cut, and counts the rest, so it stays far below the 1 MiB a result
+    may be and the row is the same in every mode (whole, it passed 1 MiB as an ordinary user)."""
+    import nbformat
+
+    from grpo_minimal.instructor.grading import MAX_CELL_ERRORS, cell_errors
+
+    error = nbformat.v4.new_output(
+        "error", ename="ValueError", evalue="noise " * 200, traceback=["Traceback " + "x" * 9000]
+    )
+    cell = nbformat.v4.new_code_cell("for i in range(36000): show()", outputs=[error] * 36_000)
+    errors = cell_errors(nbformat.v4.new_notebook(cells=[cell]))
+    assert len(errors) == MAX_CELL_ERRORS + 1, len(errors)
+    assert errors[-1]["error"] == f"and {36_000 - MAX_CELL_ERRORS} more errors, not kept"
+    assert all(len(e["error"]) <= 200 and len(e["traceback"]) <= 4000 for e in errors)
+    outcome = {"exercises": [], "reports": [], "cell_errors": errors, "syntax_errors": []}
+    assert len(json.dumps(outcome)) < classroom.MAX_RESULT_BYTES // 8
+    assert classroom.invalid_result(outcome, {}) is None
+    text = feedback_text(Graded("a.ipynb", "01_advantages", [], [], None, "", errors), True, 8)
+    assert f"  and {36_000 - MAX_CELL_ERRORS} more errors, not kept" in text.splitlines()

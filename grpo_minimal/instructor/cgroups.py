@@ -10,8 +10,10 @@ memory; past the limit the kernel kills inside the job, never a classmate or the
 processes it runs).
 
 Built here for cgroup v1 as root (``/sys/fs/cgroup/<controller>/...``, under the grader's own
-group), the layout this course's machines have. Not as root, or under cgroup v2, ``available``
-says why not and grading says so in one line before it starts (``commands.PER_PROCESS_LIMITS``).
+group), the layout this course's machines have (their v2 hierarchy mounts, but with none of
+these controllers: no v2 code is built, untested). Not as root, or under cgroup v2,
+``available`` says why not, and the watchdog (``watchdog.py``) bounds each job instead;
+``classroom.job_bound`` is the one line grading says before it starts.
 """
 
 from __future__ import annotations

@@ -33,11 +33,12 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from grpo_minimal.instructor import cgroups, sandbox
+from grpo_minimal.instructor import cgroups, sandbox, watchdog
 from grpo_minimal.instructor.feedback import feedback_text
 from grpo_minimal.instructor.feedback import row as make_row
 from grpo_minimal.instructor.grading import (
     JUDGED_APART,
+    MAX_CELL_ERRORS,
     MAX_SYNTAX_ERRORS,
     ExerciseResult,
     Graded,
@@ -75,7 +76,9 @@ def submission_problem(path: Path) -> str | None:
 
 class Grader:
     """Grades one submission at a time in a sandboxed process (``sandbox.py``); ``slot`` is the
-    job's number (its user id under root). ``kill`` ends what is in flight (Ctrl-C)."""
+    job's number (its user id under root). Each job is bounded by ``limits`` together: in a
+    cgroup of its own (``per_job``) or, in a sandbox without one, by the watchdog, which also
+    ends a job holding more than ``cores`` of CPU. ``kill`` ends what is in flight (Ctrl-C)."""
 
     def __init__(
         self,
@@ -86,13 +89,17 @@ class Grader:
         use_sandbox: bool,
         hidden: list[Path],
         per_job: bool = False,
+        limits: sandbox.Limits | None = None,
+        cores: float | None = None,
     ) -> None:
         self.grader_dir, self.timeout_s, self.slot = Path(grader_dir), timeout_s, slot
         self.threads, self.use_sandbox, self.hidden = threads, use_sandbox, hidden
         self.per_job = per_job  # each job in a cgroup of its own (cgroups.py)
+        self.limits = limits or LIMITS
+        self.cores = cores or float(os.cpu_count() or 1)  # its share of the machine's
         self._process: subprocess.Popen | None = None
         self._killed = False
-        self._out_of_memory = False  # the last job passed its cgroup's memory limit
+        self._ended: str | None = None  # the bound the last job met ("memory", "cpu", ...)
 
     def grade(self, notebook: Path) -> Graded:
         """Grade ``notebook``; any failure becomes its row's problem. A kernel that did not start
@@ -140,8 +147,6 @@ class Grader:
             return Graded(notebook.name, lab, [], [], f"grading failed: {error}")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        # a job the kernel stopped at its cgroup's memory limit says so first, whatever it left
-        memory = [JOB_MEMORY_PROBLEM] if self._out_of_memory else []
 
         def row(problems: list[str], exercises=(), reports=(), errors=()) -> Graded:
             return Graded(
@@ -149,11 +154,13 @@ class Grader:
                 lab,
                 list(exercises),
                 list(reports),
-                "; ".join([*memory, *problems]) or None,
+                "; ".join(problems) or None,
                 log,
                 list(errors),
             )
 
+        if self._ended is not None:  # ended whole at a bound of the job's: that is its row
+            return row([bound_met(self._ended, self.limits, self.cores)])
         if outcome.get("timed_out"):
             return row([f"stopped after the time limit of {self.timeout_s:g} s (an endless loop?)"])
         if "exercises" not in outcome and "error" in outcome and "syntax_errors" not in outcome:
@@ -188,10 +195,10 @@ class Grader:
             env |= {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         # -P: the scratch folder stays off sys.path (what it imports is the package's)
         argv = [sys.executable, "-P", "-m", "grpo_minimal.instructor.grading"]
-        self._out_of_memory = False
+        self._ended = None
         if self.use_sandbox:
             argv = sandbox.command(
-                argv, scratch, self.hidden, sandbox.readable_folders(), env, self.slot
+                argv, scratch, self.hidden, sandbox.readable_folders(), env, self.slot, self.limits
             )
         else:
             env = {**os.environ, **env}
@@ -202,8 +209,8 @@ class Grader:
             if self.per_job:  # every process of the job in one cgroup, made for it alone
                 group = cgroups.JobGroup(
                     f"{cgroups.GROUP_PREFIX}{os.getpid()}-{self.slot}",
-                    int(LIMITS.job_memory_gib * 2**30),
-                    LIMITS.processes,
+                    self.limits.job_memory_bytes,
+                    self.limits.processes,
                 )
             try:
                 if group is not None:
@@ -222,6 +229,18 @@ class Grader:
                 if group is not None:
                     group.remove()
                 raise
+            if group is not None:  # the kernel kills one process at the limit: end the rest
+                watch = watchdog.GroupWatch(group.out_of_memory, self._end).start()
+            elif self.use_sandbox:  # no cgroup: the watchdog bounds the job from outside
+                watch = watchdog.Watchdog(
+                    self._process.pid,
+                    self.limits.job_memory_bytes,
+                    self.limits.processes,
+                    self.cores,
+                    [str(scratch), "/tmp", "/dev/shm"],
+                ).start()
+            else:
+                watch = None
             try:
                 key = secrets.token_bytes(32)  # signs the one result this job believes
                 out = _bounded_exchange(
@@ -241,8 +260,10 @@ class Grader:
                 outcome = {"timed_out": True}
             finally:
                 self._end()
+                if watch is not None:
+                    self._ended = watch.stop()
                 if group is not None:  # nothing of the job outlives it, its group neither
-                    self._out_of_memory = group.out_of_memory()
+                    self._ended = "memory" if group.out_of_memory() else self._ended
                     group.remove()
             log.seek(0)
             text = log.read(1 << 20).decode(errors="replace")
@@ -293,10 +314,16 @@ def limits_reached(cell_errors: list[dict]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-JOB_MEMORY_PROBLEM = (
-    f"memory limit: the job's processes and files in memory passed "
-    f"{LIMITS.job_memory_gib:g} GiB together"
-)
+def bound_met(bound: str, limits: sandbox.Limits, cores: float) -> str:
+    """The row's problem for a job ended whole at one of its bounds (``watchdog``'s reasons)."""
+    memory = f"{limits.job_memory_gib:g} GiB"
+    busy = f"{cores * watchdog.CPU_SLACK:g} cores busy for {watchdog.CPU_WINDOW_S:g} s"
+    return {
+        "memory": f"memory limit: the job's processes and files in memory passed {memory} together",
+        "processes": f"process limit: the job ran more than {limits.processes} processes and threads",
+        "cpu": f"CPU limit: the job kept more than {busy} (its share: {cores:g})",
+    }[bound] + "; it was ended"
+
 
 MAX_RESULT_BYTES = 1 << 20
 """The most a graded process may write as its result (one JSON line); more is read no further."""
@@ -374,11 +401,15 @@ def invalid_result(outcome: dict, points: dict[str, float]) -> str | None:
     if not _strings(outcome.get("reports"), 50):
         return "its reports are not a list of text"
     errors = outcome.get("cell_errors", [])
-    if not isinstance(errors, list) or not all(
-        isinstance(e, dict)
-        and set(e) == {"cell", "error", "traceback"}
-        and all(isinstance(v, str) for v in e.values())
-        for e in errors
+    if (
+        not isinstance(errors, list)
+        or len(errors) > MAX_CELL_ERRORS + 1
+        or not all(
+            isinstance(e, dict)
+            and set(e) == {"cell", "error", "traceback"}
+            and all(isinstance(v, str) for v in e.values())
+            for e in errors
+        )
     ):
         return "its cell errors are not the grader's"
     return None
@@ -405,6 +436,27 @@ def _kept_from_submissions(folder: Path, out: Path, grader_dir: Path) -> list[Pa
     return [Path(folder), Path(grader_dir), Path(out).parent, Path.home(), Path.cwd()]
 
 
+def cpu_share(jobs: int) -> float:
+    """The cores a job may hold (the watchdog's CPU bound, times ``watchdog.CPU_SLACK``)."""
+    return (os.cpu_count() or 1) / jobs
+
+
+def job_bound(limits: sandbox.Limits, jobs: int, cgroup: bool = True) -> str:
+    """What bounds each job together, in the one line ``lab grade`` says before grading."""
+    sizes = f"{limits.job_memory_gib:g} GiB of memory and {limits.processes} processes"
+    if cgroup and (why := cgroups.available()) is None:
+        return (
+            f"lab grade: each job in a cgroup (v1) of its own: {sizes} together, an equal CPU share"
+        )
+    why = "switched off" if cgroup is False else why
+    return (
+        f"lab grade: no cgroup per job here ({why}): the watchdog bounds each job to {sizes}"
+        f" together, polled every {watchdog.POLL_S:g} s, and ends one keeping more than "
+        f"{cpu_share(jobs) * watchdog.CPU_SLACK:g} of {os.cpu_count()} cores busy for "
+        f"{watchdog.CPU_WINDOW_S:g} s (instructor guide, 'What holds in each mode')"
+    )
+
+
 class SandboxMissing(RuntimeError):
     """bubblewrap (or util-linux's prlimit/setpriv) is not installed."""
 
@@ -417,6 +469,8 @@ def grade_folder(
     jobs: int,
     use_sandbox: bool = True,
     on_row=None,
+    limits: sandbox.Limits | None = None,
+    cgroup: bool = True,
 ) -> list[dict]:
     """Grade every ``*.ipynb`` in ``folder``, ``jobs`` at a time; write ``out`` (CSV), the
     learners' feedback files and the instructor's, row by row as results arrive.
@@ -424,6 +478,8 @@ def grade_folder(
     CSV columns: notebook, lab, per exercise its points and its first failing case (named
     ``lab/exercise`` when the folder mixes labs), total, possible (always: read from the lab's
     zip), problem, seconds (to grade it). ``on_row(row)`` is called after each row is written.
+    Each job is bounded by ``limits`` (``LIMITS`` by default) together: by a cgroup of its own
+    where one can be made and ``cgroup`` allows it, else by the watchdog (``job_bound``).
     """
     if use_sandbox and (missing := sandbox.missing_tools()):
         raise SandboxMissing(
@@ -465,9 +521,10 @@ def grade_folder(
     slots: list[tuple[int, object | None]] = []
     for _ in range(min(jobs, len(notebooks))):  # job numbers no other grading uses now
         slots.append(sandbox.claim_slot({slot for slot, _ in slots}))
-    per_job = use_sandbox and cgroups.available() is None
+    per_job = use_sandbox and cgroup and cgroups.available() is None
+    cores = cpu_share(jobs)
     graders = [
-        Grader(grader_dir, timeout_s, slot, threads, use_sandbox, hidden, per_job)
+        Grader(grader_dir, timeout_s, slot, threads, use_sandbox, hidden, per_job, limits, cores)
         for slot, _ in slots
     ]
     free = list(graders)

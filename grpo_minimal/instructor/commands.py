@@ -9,6 +9,8 @@ and a ``run`` (does the work and returns the JSON summary ``cli.main`` prints).
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -54,7 +56,8 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
         raise ValueError(f"--timeout: {args.timeout} s; give a positive number of seconds")
     if args.jobs < 1:
         raise ValueError(f"--jobs: {args.jobs}; give a whole number >= 1")
-    from . import cgroups
+    args.limits = job_limits(args.job_memory, args.job_processes)
+    from .classroom import job_bound
     from .sandbox import missing_tools, probe
 
     if not args.no_sandbox and (missing := missing_tools()):
@@ -68,19 +71,39 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
             f"--no-sandbox: the bubblewrap sandbox does not start here ({why}); without one, "
             "--no-sandbox grades trusting every submission (instructor guide, 'Grading')"
         )
-    if not args.no_sandbox and (why := cgroups.available()):  # said before grading starts
-        print(per_process_limits(why), file=sys.stderr)
+    if not args.no_sandbox:  # which bound holds, said before grading starts
+        print(job_bound(args.limits, args.jobs, not args.no_cgroup), file=sys.stderr)
     return folder
 
 
-def per_process_limits(why: str) -> str:
-    """The line ``lab grade`` prints where no job can have a cgroup of its own (``why``)."""
-    return (
-        f"lab grade: no cgroup per job here ({why}): a job's scratch, /tmp and /dev/shm are "
-        "bounded, its memory only per process (prlimit), so memory shared between its processes "
-        "and its CPU share are not; grade a class you do not trust as root, or inside a VM or "
-        "container with limits of its own (instructor guide, 'Grading')"
-    )
+SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([MGT])(?:i?B)?", re.IGNORECASE)
+MIN_JOB_MEMORY_MIB = 256
+"""A job's smallest memory bound: a kernel that imports torch holds some 300 MB."""
+MIN_JOB_PROCESSES = 16
+"""A job's fewest processes and threads: its grading process, kernel and their threads."""
+
+
+def job_limits(memory: str, processes: int):
+    """The sandbox's limits with ``lab grade --job-memory`` and ``--job-processes``; a
+    ``ValueError`` in one line for a value that cannot be one."""
+    from .sandbox import Limits
+
+    match = SIZE.fullmatch(memory.strip())
+    if match is None:
+        raise ValueError(f"--job-memory: {memory!r}; give a size such as 4G or 512M")
+    gib = float(match.group(1)) / {"m": 1024, "g": 1, "t": 1 / 1024}[match.group(2).lower()]
+    machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    if gib * 1024 < MIN_JOB_MEMORY_MIB or gib > machine:
+        raise ValueError(
+            f"--job-memory: {memory}; give at least {MIN_JOB_MEMORY_MIB}M and at "
+            f"most this machine's {machine:.1f}G"
+        )
+    if processes < MIN_JOB_PROCESSES:
+        raise ValueError(
+            f"--job-processes: {processes}; give a whole number >= "
+            f"{MIN_JOB_PROCESSES} (a kernel runs a few dozen threads)"
+        )
+    return Limits(processes=processes, job_memory_gib=gib)
 
 
 def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
@@ -100,6 +123,8 @@ def run_lab_grade(args: argparse.Namespace, folder: Path) -> dict:
             args.jobs,
             use_sandbox=not args.no_sandbox,
             on_row=show,
+            limits=args.limits,
+            cgroup=not args.no_cgroup,
         )
     except KeyboardInterrupt:
         print(
@@ -183,6 +208,24 @@ def add_lab_commands(commands) -> None:
     )
     grade.add_argument(
         "--grader", default="build/labs", help="folder of NN_name-autograder.zip (make labs)"
+    )
+    grade.add_argument(
+        "--job-memory",
+        default="8G",
+        help="memory one job may hold, all its processes and files in memory together, e.g. 4G "
+        "or 512M (default %(default)s): two jobs of 8G do not fit a 16 GB laptop",
+    )
+    grade.add_argument(
+        "--job-processes",
+        type=int,
+        default=512,
+        help="processes and threads one job may run together (default %(default)s)",
+    )
+    grade.add_argument(
+        "--no-cgroup",
+        action="store_true",
+        help="bound each job with the watchdog even where it could have a cgroup (as root on "
+        "cgroup v1): what an ordinary user's grading does",
     )
     grade.add_argument(
         "--no-sandbox",

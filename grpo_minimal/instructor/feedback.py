@@ -159,6 +159,9 @@ def feedback_text(result: Graded, learner: bool, possible: float | None = None) 
     if result.cell_errors:  # what stopped a cell (the training cell, say) is never silent
         lines += ["", "cells that raised an error while the notebook ran:"]
         for error in result.cell_errors:
+            if not error["cell"] and not error["traceback"]:  # the count of those not kept
+                lines.append(f"  {error['error']}")
+                continue
             lines.append(f"  the cell starting `{error['cell']}`: {error['error']}")
             if not learner:
                 lines.append("    " + error["traceback"].replace("\n", "\n    "))

@@ -293,13 +293,26 @@ def grade_notebook_file(
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+MAX_CELL_ERRORS = 20
+"""The most errors a result keeps of a notebook's cells (each cut: 200 characters, and the last
+``MAX_TRACEBACK`` of its traceback); one entry more counts the others. A right answer that
+prints 36,000 errors besides keeps its points in every mode: their tracebacks whole passed the
+1 MiB a result may be."""
+MAX_TRACEBACK = 4000
+
+
 def cell_errors(executed) -> list[dict]:
     """Each code cell that raised while the notebook ran: its first line of code, the exception's
-    type and first line (what a learner is shown) and the whole traceback (the instructor's)."""
+    type and first line (what a learner is shown) and the end of its traceback (the
+    instructor's); the first ``MAX_CELL_ERRORS`` of them, then one line that counts the rest."""
     errors = []
+    more = 0
     for cell in getattr(executed, "cells", None) or []:
         for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
             if output.get("output_type") != "error":
+                continue
+            if len(errors) == MAX_CELL_ERRORS:
+                more += 1
                 continue
             source = str(cell.get("source", "")).strip().splitlines()
             value = (str(output.get("evalue", "")).strip().splitlines() or [""])[0]
@@ -307,9 +320,13 @@ def cell_errors(executed) -> list[dict]:
                 {
                     "cell": (source[0] if source else "")[:80],
                     "error": f"{output.get('ename', 'Error')}: {value}"[:200].rstrip(": "),
-                    "traceback": _ANSI.sub("", "\n".join(output.get("traceback", [])))[-4000:],
+                    "traceback": _ANSI.sub("", "\n".join(output.get("traceback", [])))[
+                        -MAX_TRACEBACK:
+                    ],
                 }
             )
+    if more:
+        errors.append({"cell": "", "error": f"and {more} more errors, not kept", "traceback": ""})
     return errors
 
 

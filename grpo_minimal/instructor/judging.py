@@ -153,14 +153,24 @@ _LAB_MODULE = re.compile(r"from grpo_minimal\.labs import ([a-z_]+)")
 
 
 def end_other_processes(keep: set[int]) -> None:
-    """Kill every process this one can see but itself, pid 1 and ``keep``: in the sandbox's
-    process-id namespace, whatever the notebook left running (double forks and new sessions
-    included). A few rounds, for processes forked while the last round ran."""
+    """Kill every process this one can see but itself, its ancestors (pid 1 and, graded as
+    root, the second bwrap: ``sandbox.NO_USER_NAMESPACES``, whose end ends the job) and
+    ``keep``: in the sandbox's process-id namespace, whatever the notebook left running (double
+    forks and new sessions included). A few rounds, for processes forked while the last round
+    ran."""
     import os
     import signal
     import time
 
     spared = {1, os.getpid(), *keep}
+    pid = os.getppid()
+    while pid > 1 and pid not in spared:  # this process's own line, up to the sandbox's init
+        spared.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                pid = int(handle.read().rsplit(b")", 1)[-1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
     for _ in range(50):
         killed = False
         for entry in os.listdir("/proc"):

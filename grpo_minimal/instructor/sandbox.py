@@ -17,7 +17,9 @@ included.
 
 Run as root, bwrap keeps root's rights over the file system, so the graded process is given a
 user id of its own first (``setpriv``, no supplementary group): one per job, so that one job's
-fork bomb, held at the process limit, cannot starve the other job's kernel. Run as another user,
+fork bomb, held at the process limit, cannot starve the other job's kernel. That user then starts
+a second bwrap, a user namespace of the job's own in which no other can be made
+(``NO_USER_NAMESPACES``). Run as another user,
 bwrap's user namespace does that, the process limit counts that namespace's processes alone, and
 no user namespace can be made inside it (``--disable-userns``). An ordinary user's supplementary
 groups cannot be dropped without privileges (the kernel keeps granting their rights inside the
@@ -45,11 +47,15 @@ class Limits:
     """What one submission may use (``prlimit``). Processes counts threads too (a kernel running
     torch has a few dozen)."""
 
-    processes: int = 512
+    processes: int = 512  # the job's: per user id as root, per user namespace otherwise
     memory_gib: float = 8.0  # RLIMIT_DATA: heap and private mappings, not the mapped files
     file_gib: float = 1.0  # the largest file it may write
     disk_gib: float = 1.0  # the size of each of its memory file systems: scratch, /tmp, /dev/shm
-    job_memory_gib: float = 8.0  # all its processes and memory file systems (a cgroup, as root)
+    job_memory_gib: float = 8.0  # all its processes and memory file systems (cgroup or watchdog)
+
+    @property
+    def job_memory_bytes(self) -> int:
+        return int(self.job_memory_gib * (1 << 30))
 
 
 def missing_tools() -> list[str]:
@@ -332,6 +338,8 @@ def command(
             "--inh-caps=-all",
             "--bounding-set=-all",
         ]
+        if jobs_can_make_user_namespaces():
+            args += NO_USER_NAMESPACES
     gib = 1 << 30
     args += [
         "prlimit",
@@ -342,6 +350,29 @@ def command(
         "--",
     ]
     return args + argv
+
+
+NO_USER_NAMESPACES = (
+    "bwrap --dev-bind / / --unshare-user --disable-userns --die-with-parent --"
+).split()
+"""As root, run by the job's user inside the sandbox: a user namespace of the job's own (the same
+mounts, its user id mapped to itself) in which no other can be made. Without it the job's user
+could make one (``unshare -Urm``), become root there and unmount what covers the instructor's
+folders. Its processes stay in the sandbox's process-id namespace."""
+
+
+@functools.lru_cache(maxsize=1)
+def jobs_can_make_user_namespaces() -> bool:
+    """Whether a job's user id could make a user namespace here, where grading as root must refuse
+    it (``NO_USER_NAMESPACES``); where it cannot (``user.max_user_namespaces=0``, Debian's old
+    ``unprivileged_userns_clone=0``), there is nothing to refuse, and bwrap could not do it."""
+    import subprocess
+
+    uid = SANDBOX_UID_BASE
+    job = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    probe = [*job, "unshare", "--user", "--map-root-user", "--mount", "true"]
+    done = subprocess.run(probe, capture_output=True)
+    return done.returncode == 0
 
 
 def probe() -> str | None:
