@@ -87,6 +87,21 @@ def planned_mb(model, algo: str, completions: int, seq_len: int, beta: float) ->
     return sum(row.total for row in rows) / 2**20
 
 
+def longest_prompt_tokens(rows, tokenizer, cfg) -> int:
+    """The longest prompt in tokens as the run feeds it: formatted with ``cfg.prompt_template``
+    (for a chat model the chat template around the question), tokenized as sampling does."""
+    from grpo_minimal.lm_model import format_prompt
+
+    return max(
+        len(
+            tokenizer(
+                format_prompt(r["prompt"], tokenizer, cfg.prompt_template), add_special_tokens=False
+            )["input_ids"]
+        )
+        for r in rows
+    )
+
+
 def one_run(job: dict) -> dict:
     """Train one (method, setting, seed) in this process; return what the summary needs."""
     import torch
@@ -122,7 +137,7 @@ def one_run(job: dict) -> dict:
     )
     train_rows = load_math_rows(cfg.dataset, "train")
     rows = train_rows[:1000]
-    longest_prompt = max(len(tokenizer(r["prompt"])["input_ids"]) for r in rows)
+    longest_prompt = longest_prompt_tokens(rows, tokenizer, cfg)
     return {
         **{k: job[k] for k in ("algo", "setting", "seed")},
         "config": cfg.to_dict(),
@@ -341,6 +356,48 @@ def real_model(steps: int) -> dict:
             }
         )
     return {"steps": steps, "threads": 2, "runs": table}
+
+
+def replan_real() -> dict:
+    """The plan column of ``llm_ppo_vs_grpo_real.json`` recomputed at the runs' own prompt
+    length (the chat-formatted prompt the run fed, ``longest_prompt_tokens``), from each run's
+    config; the measured columns are kept as they were. The planner alone: no training."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from grpo_minimal.data import load_math_rows
+    from grpo_minimal.lm_model import resolve_model_name
+    from grpo_minimal.lm_ppo import LMPPOConfig
+    from grpo_minimal.lm_train import MathConfig
+
+    path = RESULTS / "llm_ppo_vs_grpo_real.json"
+    result = json.loads(path.read_text())
+    folder = resolve_model_name("smollm2-135m")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = SimpleNamespace(config=AutoConfig.from_pretrained(folder))
+    for run in result["runs"]:
+        cls = LMPPOConfig if run["algo"] == "ppo" else MathConfig
+        cfg = cls.for_device("cpu", model="smollm2-135m", beta=run["beta"], max_steps=3)
+        rows = load_math_rows(cfg.dataset, "train")[:1000]
+        prompt = longest_prompt_tokens(rows, tokenizer, cfg)
+        run["prompt_tokens"] = prompt
+        run["seq_len_planned"] = prompt + cfg.max_completion_length
+        run["planned_update_mb"] = round(
+            planned_mb(
+                model,
+                run["algo"],
+                run["completions_per_step"] // max(1, cfg.gradient_accumulation_steps),
+                prompt + cfg.max_completion_length,
+                cfg.beta,
+            ),
+            2,
+        )
+    result["replanned"] = (
+        "planned_update_mb recomputed at the run's own (chat-formatted) prompt length with "
+        "python bench/llm_ppo_vs_grpo.py --replan; the runs themselves are the --real ones"
+    )
+    return result
 
 
 BLOCK = 10  # the stored curves are means over blocks of this many steps
@@ -607,10 +664,16 @@ def main() -> None:
     parser.add_argument(
         "--controls", action="store_true", help="the controls of notebook 12, interleaved"
     )
+    parser.add_argument(
+        "--replan", action="store_true", help="--real's plan at the run's prompt length"
+    )
     parser.add_argument("--resume", action="store_true", help="--controls: keep finished runs")
     args = parser.parse_args()
     started = time.perf_counter()
-    if args.real:
+    if args.replan:
+        result = replan_real()
+        path = RESULTS / "llm_ppo_vs_grpo_real.json"
+    elif args.real:
         result = real_model(steps=3)
         path = RESULTS / "llm_ppo_vs_grpo_real.json"
     elif args.controls:
@@ -626,12 +689,15 @@ def main() -> None:
             runs = pool.map(one_run, jobs, chunksize=1)
         result = {"summary": summarise(runs), "runs": [stored(r) for r in runs]}
         path = RESULTS / ("llm_ppo_vs_grpo_quick.json" if args.quick else "llm_ppo_vs_grpo.json")
-    result["command"] = "python bench/llm_ppo_vs_grpo.py " + " ".join(sys.argv[1:])
-    result["provenance"] = provenance(threads=2 if args.real else 1)
-    result["bench_wall_s"] = round(time.perf_counter() - started, 1)
+    if args.replan:  # the runs keep their own command and wall time
+        result["replan_provenance"] = provenance(threads=None)
+    else:
+        result["command"] = "python bench/llm_ppo_vs_grpo.py " + " ".join(sys.argv[1:])
+        result["provenance"] = provenance(threads=2 if args.real else 1)
+        result["bench_wall_s"] = round(time.perf_counter() - started, 1)
     write_results(path, result)
     print(json.dumps(result.get("summary", result), indent=1))
-    print(f"wrote {path} in {result['bench_wall_s']} s")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
