@@ -15,8 +15,8 @@ The test split is never read here: choices made from this table (defaults, say) 
 reported once on the test split, which decided nothing.
 
 Results go to a JSON file (default ``bench/results/ablations.json``), one record per (variant,
-seed, budget) with its machine, date and thread count; a rerun skips the runs already there
-(resumable).
+seed, budget) with its machine, date, thread count and ``provenance``; a rerun skips the runs
+already there (resumable).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from provenance import provenance  # bench/ is on the path when a script here runs
 from tqdm.auto import tqdm
 
 from grpo_minimal.course.ablations import (
@@ -73,8 +74,9 @@ def main() -> None:
     print(f"{len(train)} training rows, {len(validation)} validation rows; test split unused")
     todo = [(n, s) for n in names for s in args.seeds if (n, s, label) not in done]
     for name, seed in tqdm(todo, desc="ablation runs"):
+        record = run_variant(name, seed, train, validation, args.completions, budget_s)
         append_result(
-            args.out, data, run_variant(name, seed, train, validation, args.completions, budget_s)
+            args.out, data, record | {"provenance": provenance(threads=torch.get_num_threads())}
         )
 
     runs = [r for r in data["runs"] if budget_of(r) == label]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from provenance import provenance  # bench/ is on the path when a script here runs
 from tqdm.auto import tqdm
 
 from grpo_minimal.course.ablations import RESULTS, append_result, load_results
@@ -75,6 +76,7 @@ def main() -> None:
             "validation_after": history[-1]["eval_accuracy"],
             "train_s": history[-1]["train_s"],
             "graded": gains,
+            "provenance": provenance(threads=torch.get_num_threads()),
         }
         append_result(args.out, data, record)
         points = [100 * (g["accuracy"] - g["untrained"]) for g in gains.values()]

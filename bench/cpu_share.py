@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from provenance import provenance  # bench/ is on the path when a script here runs
 
 from grpo_minimal.instructor import cgroups
 
@@ -76,11 +77,11 @@ def main() -> None:
         for mode, with_groups in (("without", False), ("with_groups", True)):
             rounds[mode].append(round(lone_cpu_seconds(with_groups, args.seconds, args.crowd), 2))
     result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "seconds": args.seconds,
         "crowd": args.crowd,
         "lone_cpu_seconds": rounds,
         "left_behind": [str(path) for path in cgroups.left_behind()],
+        "provenance": provenance(threads=None),  # plain processes, no torch
     }
     args.out.with_suffix(".tmp").write_text(json.dumps(result, indent=1) + "\n")
     args.out.with_suffix(".tmp").replace(args.out)

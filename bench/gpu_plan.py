@@ -28,8 +28,10 @@ import json
 import math
 import platform
 import time
+from pathlib import Path
 
 import torch
+from provenance import provenance  # bench/ is on the path when a script here runs
 
 from grpo_minimal.course.memory import QWEN2_5, plan_memory, qwen2_config
 from grpo_minimal.data import load_gsm8k_sample
@@ -131,20 +133,18 @@ def main() -> None:
         if device == "cuda":
             torch.cuda.empty_cache()
     gpu = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "CPU"
-    import transformers
-
     result = {
-        "machine": gpu,
+        "machine": gpu,  # notebook 11 prints machine, date and torch
         "torch": torch.__version__,
-        "transformers": transformers.__version__,
         "date": datetime.date.today().isoformat(),
         "architecture": "Qwen2.5-0.5B (random weights)" if not args.small else "small",
         "rows": rows,
+        "provenance": provenance(threads=torch.get_num_threads()),
     }
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        tmp = Path(args.out).with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        tmp.replace(args.out)
 
 
 if __name__ == "__main__":

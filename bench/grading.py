@@ -30,7 +30,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -38,6 +37,7 @@ import time
 from pathlib import Path
 
 import psutil
+from provenance import provenance  # bench/ is on the path when a script here runs
 
 from grpo_minimal.instructor import sandbox, watchdog
 from grpo_minimal.instructor.build import build_labs
@@ -200,8 +200,6 @@ def main() -> None:
         "kinds": {kind: sum(k == kind for k in kinds.values()) for kind in KINDS},
         "jobs": args.jobs,
         "graded_as": "root" if os.geteuid() == 0 else f"an ordinary user (uid {os.geteuid()})",
-        "cpus": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
         "seconds": round(seconds, 1),
         "submissions_per_minute": round(60 * len(rows) / seconds, 2),
         "mean_seconds_per_solved_submission_by_lab": per_lab,
@@ -230,8 +228,11 @@ def main() -> None:
             "peak_memory_mib": round(max(w["memory"] for w in watched) / 2**20),
             "peak_busy_threads": round(max(w["cores"] for w in watched), 2),
         }
+    result["provenance"] = provenance(threads=None)  # the graders run in their own processes
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(args.out)
     print(json.dumps(result, indent=1))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from provenance import provenance  # bench/ is on the path when a script here runs
 from tqdm.auto import tqdm
 
 from grpo_minimal.course.ablations import RESULTS, append_result, load_results
@@ -40,7 +41,9 @@ def main() -> None:
     data = load_results(args.out)
     done = {(r["seed"], r["steps"]) for r in data["runs"]}
     for seed in tqdm([s for s in args.seeds if (s, args.steps) not in done], desc="seeds"):
-        record = append_result(args.out, data, run_hedging(seed, RUNS, train, test, args.steps))
+        record = run_hedging(seed, RUNS, train, test, args.steps)
+        record |= {"provenance": provenance(threads=torch.get_num_threads())}
+        record = append_result(args.out, data, record)
         summary = {name: run["greedy"] for name, run in record["runs"].items()}
         print(seed, "cold start", record["cold_start"], summary)
 

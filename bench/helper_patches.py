@@ -16,10 +16,7 @@ file's own).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -30,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from lab_helpers import filled_lab  # noqa: E402
+from provenance import provenance  # noqa: E402  (bench/ is on the path when a script here runs)
 from test_judge import (  # noqa: E402
     MISTAKES,
     MISTAKES_06,
@@ -77,23 +75,19 @@ def main() -> None:
                 total = sum(scores[f"{lab} {kind}"].values())
                 possible[lab] = sum(e.possible for e in exercises)
                 print(f"{lab:18} {kind:8} {total:g} / {possible[lab]:g}", flush=True)
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
     changed = subprocess.run(
         ["git", "status", "--short", "grpo_minimal"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     runs[args.label] = {
-        "date": datetime.date.today().isoformat(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "checkout": head,
         "package_differs_from_checkout": bool(changed),  # an older grpo_minimal/ checked out
         "possible": possible,
         "scores": scores,
         "seconds": round(time.perf_counter() - start, 1),
+        "provenance": provenance(threads=None),  # date, machine, CPUs, commit (the checkout)
     }
-    args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    tmp.replace(args.out)
 
 
 if __name__ == "__main__":

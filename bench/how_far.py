@@ -18,6 +18,7 @@ import ast
 import json
 
 import torch
+from provenance import provenance  # bench/ is on the path when a script here runs
 from tqdm.auto import tqdm
 
 from grpo_minimal.course.ablations import RESULTS, append_result, load_results, validation_split
@@ -83,7 +84,13 @@ def main() -> None:
         append_result(
             args.out,
             data,
-            {"overrides": overrides, "seed": seed, "max_steps": args.steps, "curve": curve},
+            {
+                "overrides": overrides,
+                "seed": seed,
+                "max_steps": args.steps,
+                "curve": curve,
+                "provenance": provenance(threads=torch.get_num_threads()),
+            },
         )
         for point in curve:
             print(

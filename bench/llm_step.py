@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from naive_grpo import NaiveGRPO  # noqa: E402
+from provenance import provenance  # noqa: E402
 from transformers import set_seed  # noqa: E402
 
 from grpo_minimal.completions import mask_after_eos  # noqa: E402
@@ -411,7 +412,13 @@ def main() -> None:
     )
     print(
         json.dumps(
-            {"model": args.model, "config": cfg.to_dict(), "results": result, "ratios": ratios}
+            {
+                "model": args.model,
+                "config": cfg.to_dict(),
+                "results": result,
+                "ratios": ratios,
+                "provenance": provenance(threads=torch.get_num_threads()),
+            }
         )
     )
 

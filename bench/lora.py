@@ -35,6 +35,7 @@ import statistics
 from pathlib import Path
 
 from llm_ppo_vs_grpo import resident_mb  # bench/ is on the path when a script here runs
+from provenance import provenance
 
 RESULTS = Path(__file__).resolve().parent / "results" / "lora.json"
 RANK = 16
@@ -116,19 +117,16 @@ def main() -> None:
                 flush=True,
             )
     import peft
-    import torch
-    import transformers
 
-    result = {
+    result = {  # notebook 11 prints machine, threads, date and peft
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "threads": 2,
         "date": datetime.date.today().isoformat(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
         "peft": peft.__version__,
         "rank": RANK,
         "start": start,
         "runs": runs,
+        "provenance": provenance(threads=2),  # each run's process sets 2 torch threads
     }
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from provenance import provenance  # bench/ is on the path when a script here runs
 from tqdm.auto import tqdm
 
 from grpo_minimal.course.ablations import RESULTS, append_result, load_results
@@ -83,7 +84,9 @@ def main() -> None:
         if (recipe, seed, args.stage_steps) not in done
     ]
     for recipe, seed in tqdm(todo, desc="runs"):
-        record = append_result(args.out, data, run(recipe, seed, args.stage_steps, train, test))
+        record = run(recipe, seed, args.stage_steps, train, test)
+        record |= {"provenance": provenance(threads=torch.get_num_threads())}
+        record = append_result(args.out, data, record)
         print(recipe, seed, " -> ".join(f"{a:.1%}" for a in record["accuracy_after_each"]))
 
 

@@ -14,8 +14,9 @@ splits, and some of its problems are now test problems; the learning rate is the
 tried, and the steps were read off one validation run (``bench/README.md``, ``data/README.md``). The starting model is scored once (greedy is deterministic).
 
 Results go to ``bench/results/real_model.json`` (notebook 11 reads it), one run at a time, each
-stamped with the machine, the date, torch threads and library versions; each keeps every test
-problem's verdict before and after (for paired intervals) and the first completions as text.
+stamped with the machine, the date, torch threads, TRL's version and ``provenance``; each keeps
+every test problem's verdict before and after (for paired intervals) and the first completions as
+text.
 An interrupted sweep resumes where it stopped (runs already in the file are skipped).
 """
 
@@ -25,7 +26,7 @@ import argparse
 import dataclasses
 
 import torch
-import transformers
+from provenance import provenance  # bench/ is on the path when a script here runs
 
 from grpo_minimal.course.ablations import RESULTS, append_result, load_results
 from grpo_minimal.course.real_model import MODEL, run, scored
@@ -49,7 +50,6 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import trl
 
-    versions = {"transformers": transformers.__version__, "trl": trl.__version__}
     train_rows, test = load_chat_arithmetic("train"), load_chat_arithmetic("test")
     data = load_results(args.out)
     base = MathConfig.for_device(
@@ -82,7 +82,8 @@ def main() -> None:
                 budget = ours[-1]["train_s"] if ours else 0.0
             cfg = dataclasses.replace(base, seed=seed, time_budget_s=budget)
             record = run(backend, cfg, train_rows, test)[0]
-            record = append_result(args.out, data, record | versions)
+            stamp = {"trl": trl.__version__, "provenance": provenance(torch.get_num_threads())}
+            record = append_result(args.out, data, record | stamp)
             print(
                 f"{backend:12s} seed {seed}: {record['steps']} steps in {record['train_s']:.0f} s, "
                 f"test accuracy {data['start']['accuracy']:.3f} -> "

@@ -9,7 +9,7 @@ reasoning **test** split (greedy, 500 problems), which decides nothing here: the
 (200 steps, the length penalty) were chosen on seed 5 against 200 problems in no shipped
 split (``data/make_reasoning.py --fresh 200 --seed 2``), as ``bench/README.md`` records.
 Results are appended to ``bench/results/reasoning.json`` (notebook 10 reads it) one run at a
-time, each stamped with the machine and the date; an interrupted sweep resumes where it stopped (runs already in the file,
+time, each stamped with the machine, the date and ``provenance``; an interrupted sweep resumes where it stopped (runs already in the file,
 same variant, seed and steps, are skipped). To use both cores, run two processes with different ``--out`` files and join
 their ``runs`` lists.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from provenance import provenance  # bench/ is on the path when a script here runs
 from tqdm.auto import tqdm
 
 from grpo_minimal.course.ablations import RESULTS, append_result, load_results
@@ -47,6 +48,7 @@ def main() -> None:
     todo = [(v, s) for s in args.seeds for v in args.variants if (v, s, steps) not in done]
     for variant, seed in tqdm(todo, desc="runs"):
         run = run_variant(variant, seed, test, sample_every=25, eval_n=len(test), max_steps=steps)
+        run |= {"provenance": provenance(threads=torch.get_num_threads())}
         record = append_result(args.out, data, run)
         first, last = record["evals"][0], record["evals"][-1]
         print(
