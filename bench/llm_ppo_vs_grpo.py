@@ -487,10 +487,11 @@ def epochs_control(seeds, steps: int, workers: int) -> dict:
 
 
 # The controls (--controls): each a name, its method and its settings over the tiny model's
-# defaults; every one runs over the same seeds, interleaved in one pool, 600 steps unless said.
+# defaults, 600 steps unless said, over the seeds of the committed runs. The three reference
+# runs (PPO and GRPO at their defaults, GRPO with 4 epochs) are the committed ones of
+# llm_ppo_vs_grpo.json and llm_ppo_vs_grpo_epochs.json, paired by seed: a run is deterministic
+# given its seed (seed 0's PPO and GRPO, rerun here, end on the committed accuracy).
 CONTROLS = {
-    "ppo": ("ppo", {"prompts_per_step": 64}),
-    "grpo": ("grpo", {"prompts_per_step": 8, "num_generations": 8}),
     "ppo_8x8": ("ppo", {"prompts_per_step": 8, "num_generations": 8}),
     "grpo_32x2": ("grpo", {"prompts_per_step": 32, "num_generations": 2}),
     "ppo_no_critic": ("ppo", {"prompts_per_step": 64, "value_coef": 0.0}),
@@ -498,8 +499,24 @@ CONTROLS = {
     "ppo_beta0": ("ppo", {"prompts_per_step": 64, "beta": 0.0}),
     "grpo_beta0": ("grpo", {"prompts_per_step": 8, "num_generations": 8, "beta": 0.0}),
     "ppo_fit": ("ppo", {"prompts_per_step": 64}),  # max_steps: the steps that fit GRPO's seconds
+    # GRPO's defaults again: its share of all-equal groups (not kept by the committed runs), and
+    # a check that each seed ends where the committed run did
+    "grpo_again": ("grpo", {"prompts_per_step": 8, "num_generations": 8}),
+}
+REFERENCE = {  # name: (results file, its setting, its algo)
+    "ppo": ("llm_ppo_vs_grpo.json", "defaults", "ppo"),
+    "grpo": ("llm_ppo_vs_grpo.json", "defaults", "grpo"),
+    "grpo_4_epochs": ("llm_ppo_vs_grpo_epochs.json", "defaults_4_epochs", "grpo"),
+}
+# Seconds, interleaved: the reference settings again for TIMING_STEPS steps each, one seed after
+# another in the same pool as the controls (the committed ones were timed in other runs).
+TIMING = {
+    "ppo": ("ppo", {"prompts_per_step": 64}),
+    "grpo": ("grpo", {"prompts_per_step": 8, "num_generations": 8}),
     "grpo_4_epochs": ("grpo", {"prompts_per_step": 8, "num_generations": 8, "num_iterations": 4}),
 }
+TIMING_STEPS = 60
+TRAIN_PROBLEMS = 3000  # data/arithmetic_train.jsonl, for runs committed before they said
 # (a, b, what the difference a - b separates): final accuracy, paired by seed
 COMPARISONS = (
     ("ppo", "grpo", "the headline: PPO - GRPO at the same completions (600 steps x 64)"),
@@ -541,7 +558,22 @@ def controls_jobs(seeds, steps: int) -> list[dict]:
             max_steps = fit_steps(steps) if name == "ppo_fit" else steps
             common = {"seed": seed, "max_steps": max_steps, "eval_every": 50, "eval_n": 500}
             jobs.append({"algo": algo, "setting": name, "seed": seed, "config": common | config})
+        for name, (algo, config) in TIMING.items():
+            common = {"seed": seed, "max_steps": TIMING_STEPS, "eval_every": 0, "eval_n": 100}
+            jobs.append(
+                {"algo": algo, "setting": f"timing_{name}", "seed": seed, "config": common | config}
+            )
     return jobs
+
+
+def reference_runs(seeds) -> list[dict]:
+    """The committed runs the controls are paired with, renamed to their control names."""
+    runs = []
+    for name, (file, setting, algo) in REFERENCE.items():
+        for run in json.loads((RESULTS / file).read_text())["runs"]:
+            if run["setting"] == setting and run["algo"] == algo and run["seed"] in seeds:
+                runs.append(run | {"setting": name, "source": file})
+    return runs
 
 
 def summarise_controls(runs: list[dict]) -> dict:
@@ -571,6 +603,8 @@ def summarise_controls(runs: list[dict]) -> dict:
 
     settings = {}
     for name, seeds in by.items():
+        if name.startswith("timing_"):
+            continue
         group = list(seeds.values())
         first = group[0]
         steps = first["evals"][-1]["step"]
@@ -582,8 +616,12 @@ def summarise_controls(runs: list[dict]) -> dict:
             "steps": steps,
             "seeds": sorted(seeds),
             "prompts_drawn": prompts,
-            "passes_over_train_split": round(prompts / first["train_problems"], 2),
-            "final_accuracy": interval([final(r) for r in group]),
+            "passes_over_train_split": round(
+                prompts / first.get("train_problems", TRAIN_PROBLEMS), 2
+            ),
+            "final_accuracy": {
+                k: v for k, v in interval([final(r) for r in group]).items() if k != "verdict"
+            },
             "train_s": [r["train_s"] for r in group],
             "seconds_per_step": split_seconds(group),
             # all-equal groups give GRPO no signal; with 1 completion a prompt every group is one
@@ -622,12 +660,33 @@ def summarise_controls(runs: list[dict]) -> dict:
                 ),
             }
         )
-    return {"settings": settings, "comparisons": comparisons}
+    timing = {}
+    for name in TIMING:
+        group = by.get(f"timing_{name}", {})
+        if group:
+            timing[name] = split_seconds(list(group.values()))
+    if "timing_ppo" in by:
+        for name in ("grpo", "grpo_4_epochs"):
+            seeds = sorted(set(by["timing_ppo"]) & set(by.get(f"timing_{name}", {})))
+            if len(seeds) >= 2:
+                timing[f"ppo_over_{name}_step_s"] = interval(
+                    [
+                        mean_curve(by["timing_ppo"][s], "step_s")
+                        / mean_curve(by[f"timing_{name}"][s], "step_s")
+                        for s in seeds
+                    ],
+                    "ppo",
+                    name,
+                    1.0,
+                )
+    return {"settings": settings, "comparisons": comparisons, "timing": timing}
 
 
 def controls(seeds, steps: int, workers: int, resume: bool) -> dict:
-    """Every control over the same seeds in one interleaved pool; each finished run is kept in
-    ``PARTIAL`` so that a stopped bench resumes (``--resume``) where it stopped."""
+    """Every control over the same seeds in one interleaved pool, then paired with the committed
+    reference runs; each finished run is kept in ``PARTIAL`` so that a stopped bench resumes
+    (``--resume``) where it stopped. Runs of a reference setting found there (an earlier layout
+    of this bench reran them) are kept apart as reproductions of the committed ones."""
     done = []
     if resume and PARTIAL.exists():
         done = [json.loads(line) for line in PARTIAL.read_text().splitlines() if line.strip()]
@@ -648,9 +707,24 @@ def controls(seeds, steps: int, workers: int, resume: bool) -> dict:
                 f"in {run['train_s']:.0f} s",
                 flush=True,
             )
-    order = {name: i for i, name in enumerate(CONTROLS)}
-    done.sort(key=lambda r: (r["seed"], order[r["setting"]]))
-    return {"summary": summarise_controls(done), "runs": done}
+    references = reference_runs(seeds)
+    committed = {(r["setting"], r["seed"]): r["evals"][-1]["accuracy"] for r in references}
+    reproduced = [
+        {
+            "setting": r["setting"],
+            "seed": r["seed"],
+            "final_accuracy": r["evals"][-1]["accuracy"],
+            "committed": committed.get((r["setting"], r["seed"])),
+        }
+        for r in done
+        if r["setting"] in REFERENCE
+    ]
+    runs = [r for r in done if r["setting"] not in REFERENCE]
+    order = {name: i for i, name in enumerate([*CONTROLS, *(f"timing_{n}" for n in TIMING)])}
+    runs.sort(key=lambda r: (r["seed"], order[r["setting"]]))
+    summary = summarise_controls(references + runs)
+    summary["reproduced"] = reproduced
+    return {"summary": summary, "runs": runs}
 
 
 def main() -> None:

@@ -147,7 +147,9 @@ def test_the_result_channel_is_read_no_further_than_its_limit(tmp_path):
         [sys.executable, "-c", flood], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     try:
-        out = classroom._bounded_exchange(process, b"{}", timeout_s=60)
+        out = classroom._bounded_exchange(
+            process, os.dup(process.stdout.fileno()), b"{}", timeout_s=60
+        )
     finally:
         process.kill()
         process.wait()
@@ -159,7 +161,7 @@ def test_the_result_channel_is_read_no_further_than_its_limit(tmp_path):
     )
     try:
         with pytest.raises(subprocess.TimeoutExpired):
-            classroom._bounded_exchange(silent, b"{}", timeout_s=1)
+            classroom._bounded_exchange(silent, os.dup(silent.stdout.fileno()), b"{}", timeout_s=1)
     finally:
         silent.kill()
         silent.wait()

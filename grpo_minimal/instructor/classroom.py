@@ -99,6 +99,7 @@ class Grader:
         self.cores = cores or float(os.cpu_count() or 1)  # its share of the machine's
         self._process: subprocess.Popen | None = None
         self._killed = False
+        self._starting = threading.Lock()
         self._ended: str | None = None  # the bound the last job met ("memory", "cpu", ...)
 
     def grade(self, notebook: Path) -> Graded:
@@ -177,7 +178,12 @@ class Grader:
 
     def _execute(self, scratch: Path, request: dict) -> tuple[dict, str]:
         """Run the graded process in ``scratch`` on ``request`` (given on its stdin); its outcome
-        (the JSON line it wrote on its stdout) and its stderr."""
+        (the JSON line it wrote on its result channel) and its stderr.
+
+        The result channel is a pipe of its own on a file descriptor above 2, never stdout:
+        bwrap's init keeps the standard three open (a submission running as the same user, as
+        an ordinary user grades, could write into ``/proc/1/fd/1``) and closes every other, and
+        the graded process is not dumpable, so only it can write there."""
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(scratch / "home"),
@@ -203,8 +209,6 @@ class Grader:
         else:
             env = {**os.environ, **env}
         with tempfile.TemporaryFile() as log:
-            if self._killed:
-                return {"error": "grading was interrupted"}, ""
             group = None
             if self.per_job:  # every process of the job in one cgroup, made for it alone
                 group = cgroups.JobGroup(
@@ -212,23 +216,33 @@ class Grader:
                     self.limits.job_memory_bytes,
                     self.limits.processes,
                 )
+            channel, result_fd = os.pipe()
             try:
-                if group is not None:
-                    group.create()
-                    argv = group.wrap(argv)
-                self._process = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=log,
-                    env=env,
-                    cwd=scratch,
-                    start_new_session=True,
-                )
-            except OSError:
+                with self._starting:  # kill() takes it too: a job starts before it, or never
+                    if self._killed:
+                        raise _Interrupted
+                    if group is not None:
+                        group.create()
+                        argv = group.wrap(argv)
+                    self._process = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.DEVNULL,
+                        stderr=log,
+                        env=env,
+                        cwd=scratch,
+                        start_new_session=True,
+                        pass_fds=(result_fd,),
+                    )
+            except (OSError, _Interrupted) as error:
+                os.close(channel)
                 if group is not None:
                     group.remove()
+                if isinstance(error, _Interrupted):
+                    return {"error": "grading was interrupted"}, ""
                 raise
+            finally:
+                os.close(result_fd)  # the graded process holds the only writing end
             if group is not None:  # the kernel kills one process at the limit: end the rest
                 watch = watchdog.GroupWatch(group.out_of_memory, self._end).start()
             elif self.use_sandbox:  # no cgroup: the watchdog bounds the job from outside
@@ -245,7 +259,10 @@ class Grader:
                 key = secrets.token_bytes(32)  # signs the one result this job believes
                 out = _bounded_exchange(
                     self._process,
-                    json.dumps({**request, "result_key": key.hex()}).encode(),
+                    channel,
+                    json.dumps(
+                        {**request, "result_key": key.hex(), "result_fd": result_fd}
+                    ).encode(),
                     self.timeout_s,
                 )
                 if len(out) > MAX_RESULT_BYTES:
@@ -285,7 +302,8 @@ class Grader:
             process.wait(timeout=30)
 
     def kill(self) -> None:
-        self._killed = True
+        with self._starting:  # a job being started now is started first, then ended here
+            self._killed = True
         self._end()
 
 
@@ -329,10 +347,16 @@ MAX_RESULT_BYTES = 1 << 20
 """The most a graded process may write as its result (one JSON line); more is read no further."""
 
 
-def _bounded_exchange(process: subprocess.Popen, request: bytes, timeout_s: float) -> bytes:
-    """Give ``request`` to the process's stdin and read its stdout until it closes, keeping at
-    most ``MAX_RESULT_BYTES + 1`` bytes (a flood stops the reading, and the caller ends the
-    process); ``TimeoutExpired`` after ``timeout_s``."""
+class _Interrupted(Exception):
+    """Grading was interrupted before this job started."""
+
+
+def _bounded_exchange(
+    process: subprocess.Popen, channel: int, request: bytes, timeout_s: float
+) -> bytes:
+    """Give ``request`` to the process's stdin and read the pipe ``channel`` (then closed) until
+    it closes, keeping at most ``MAX_RESULT_BYTES + 1`` bytes (more stops the reading, and the
+    caller ends the process); ``TimeoutExpired`` after ``timeout_s``."""
 
     def feed() -> None:
         with contextlib.suppress(OSError):  # a process that never reads it, or died
@@ -341,9 +365,12 @@ def _bounded_exchange(process: subprocess.Popen, request: bytes, timeout_s: floa
 
     read: list[bytes] = []
     threading.Thread(target=feed, daemon=True).start()
-    reader = threading.Thread(
-        target=lambda: read.append(process.stdout.read(MAX_RESULT_BYTES + 1)), daemon=True
-    )
+
+    def receive() -> None:
+        with open(channel, "rb") as result:
+            read.append(result.read(MAX_RESULT_BYTES + 1))
+
+    reader = threading.Thread(target=receive, daemon=True)
     reader.start()
     reader.join(timeout_s)
     if reader.is_alive():

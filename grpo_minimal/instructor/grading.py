@@ -409,11 +409,10 @@ def checks_at_the_end(notebook: bytes) -> bytes:
 
 def _graded_process() -> None:
     """The sandboxed process: grade the notebook its stdin names (with the lab's test files, for
-    a lab judged apart), print the outcome as one JSON line on the stdout it started with (the
-    kernel gets /dev/null and cannot reach this one)."""
+    a lab judged apart), write the outcome as one signed JSON line on the result channel the
+    request names (a pipe that only this process holds; the kernel gets /dev/null)."""
     with contextlib.suppress(Exception):  # no other process of this user may open /proc/<us>/fd
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    out = os.fdopen(os.dup(1), "w")  # os.dup: not inherited by the kernel
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     try:
@@ -421,8 +420,11 @@ def _graded_process() -> None:
         # read before any kernel starts, kept in this process alone (not dumpable): what signs
         # the result, so a line a submission writes to the channel is not taken for it
         key = bytes.fromhex(request.pop("result_key"))
+        channel = request.pop("result_fd")
+        out = os.fdopen(os.dup(channel), "w")  # os.dup: not inherited by the kernel
+        os.close(channel)
     except BaseException as error:
-        out.write(f"\nno request: {type(error).__name__}\n")
+        print(f"no request: {type(error).__name__}: {error}", file=sys.stderr)
         return
     notebook = Path(request["notebook"])
     # the learner's text is compiled here, under the sandbox's limits, never in the grader

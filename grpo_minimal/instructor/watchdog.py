@@ -9,11 +9,14 @@ every process in that namespace, double forks and new sessions included. Each po
   ``/tmp``, ``/dev/shm``), read with ``statvfs`` through a job process's own root
   (``/proc/PID/root``);
 - processes and threads;
-- CPU demand: how many of its threads ran or waited to run, on average over a few seconds.
+- CPU demand: how many of its threads ran or waited to run, read every half second; the job's
+  demand is the least of those readings over a few seconds, so a burst (a fork storm, a flood
+  of output) ends nothing, and only demand kept up for the whole window does.
 
 Past a bound the whole job is killed (its namespace's init: the kernel ends everything in it),
 and the row says which bound it met. What it cannot do: share the CPU out fairly (a job is ended,
-not slowed, and only once it has kept ``CPU_SLACK`` times its share busy for ``CPU_WINDOW_S``),
+not slowed, and only once it has kept ``CPU_SLACK`` times its share busy for all of
+``CPU_WINDOW_S``),
 nor stop an allocation between two polls: a fast allocator gets past the memory bound by what it
 allocates in one poll, and more where a job of hundreds of processes is polled less often (the
 guide gives the figures measured).
@@ -22,6 +25,7 @@ guide gives the figures measured).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import threading
@@ -31,7 +35,7 @@ from collections import deque
 POLL_S = 0.05
 """Seconds between two polls: a fast allocator touches a few hundred MB in one (measured)."""
 CPU_WINDOW_S = 5.0
-"""A job above its CPU bound for this long (on average) is ended."""
+"""A job above its CPU bound at every reading for this long is ended."""
 CPU_EVERY_S = 0.5
 """Seconds between two readings of a job's CPU demand (a file per thread)."""
 CPU_SLACK = 4
@@ -221,9 +225,11 @@ class Watchdog:
         history.append((now, sum(demand_ns(pid) for pid in pids)))
         while len(history) > 2 and now - history[1][0] >= CPU_WINDOW_S:
             history.popleft()  # keep one reading at least a window old
-        elapsed = now - history[0][0]
-        if elapsed >= CPU_WINDOW_S:  # threads that wanted a core, on average over the window
-            busy = max(0, history[-1][1] - history[0][1]) / 1e9 / elapsed
+        if now - history[0][0] >= CPU_WINDOW_S:  # threads that wanted a core, at the least
+            busy = min(  # (a process ended between two readings takes its time away: 0)
+                max(0, after - before) / 1e9 / (t1 - t0)
+                for (t0, before), (t1, after) in itertools.pairwise(history)
+            )
             self.peak["cores"] = max(self.peak["cores"], busy)
             if busy > self.cores * CPU_SLACK:
                 return "cpu"
