@@ -4,6 +4,8 @@
     .venv/bin/python bench/llm_ppo_vs_grpo.py --quick    # 2 seeds, 40 steps (a smoke test)
     .venv/bin/python bench/llm_ppo_vs_grpo.py --real     # SmolLM2-135M: memory and s / step
     .venv/bin/python bench/llm_ppo_vs_grpo.py --epochs   # GRPO with PPO's 4 epochs (a control)
+    .venv/bin/python bench/llm_ppo_vs_grpo.py --controls # what PPO's lead is made of (below)
+    .venv/bin/python bench/llm_ppo_vs_grpo.py --replan   # --real's plan at the run's prompt length
 
 **The tiny model** (``data/tiny_math_lm``, two-digit addition), in two settings, each with the
 same number of completions sampled per step for both methods:
@@ -40,6 +42,22 @@ Reported for each setting, with 95% Student-t intervals over the paired seeds
 epochs), GRPO's 1. GRPO with ``num_iterations=4`` (its clipped epochs, the same knob) at the
 ``defaults`` batch, over the same seeds, separates the epochs from the critic; it is compared
 with the PPO runs of ``llm_ppo_vs_grpo.json``, paired by seed.
+
+**The controls** (``--controls``): what PPO's lead per completion at the defaults is made of.
+Each control changes one thing, over the same 5 seeds, 600 steps, paired by seed with the
+committed ``defaults`` runs (PPO, GRPO) and the ``--epochs`` runs (``CONTROLS``,
+``COMPARISONS`` say which difference separates what): PPO at GRPO's layout, 8 prompts x 8
+(the same rollouts); PPO with no critic (``value_coef`` 0 with the head at 0: V = 0, so the
+baseline is the batch whitening alone); both methods at ``beta`` 0 (no KL anywhere); GRPO over
+group sizes at 64 completions (32 x 2, 16 x 4: more prompts, smaller groups); PPO over the steps
+that fit GRPO's seconds, its schedule annealed within them (``fit_steps``); GRPO's defaults
+again (its share of all-equal groups, ``frac_zero_std``, which the committed runs did not keep).
+Then the three reference settings again for 60 steps each per seed, interleaved in the same
+pool: their seconds per step. Every run keeps its prompts drawn and passes over the 3,000
+training problems. Results: ``llm_ppo_vs_grpo_controls.json``; finished runs are kept in a
+partial file, and ``--resume`` goes on from it.
+
+Every results file records its ``provenance`` (date, machine, CPUs, threads, versions, commit).
 
 **The real model** (``--real``, SmolLM2-135M-Instruct after ``grpo-minimal fetch smollm2-135m``):
 a few steps of each at notebook 11's settings (16 completions per step: GRPO 2 x 8, PPO 16 x 1),
