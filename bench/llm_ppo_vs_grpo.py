@@ -697,7 +697,12 @@ def summarise_controls(runs: list[dict]) -> dict:
                     name,
                     1.0,
                 )
-    return {"settings": settings, "comparisons": comparisons, "timing": timing}
+    return {
+        "settings": settings,
+        "comparisons": comparisons,
+        "timing": timing,
+        "timing_steps": TIMING_STEPS,
+    }
 
 
 def controls(seeds, steps: int, workers: int, resume: bool) -> dict:

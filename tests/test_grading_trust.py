@@ -975,6 +975,7 @@ from pathlib import Path
 from grpo_minimal.instructor import sandbox, watchdog
 bound, code = int(sys.argv[1]), sys.argv[2]
 tasks = int(sys.argv[3]) if len(sys.argv) > 3 else 512
+cores = float(sys.argv[4]) if len(sys.argv) > 4 else 64.0
 scratch = Path(tempfile.mkdtemp(prefix="watched-", dir="/tmp"))
 slot, lock = sandbox.claim_slot()
 if (uid := sandbox.job_uid(slot)) is not None:
@@ -982,7 +983,7 @@ if (uid := sandbox.job_uid(slot)) is not None:
 argv = sandbox.command([sys.executable, "-c", code, str(bound)], scratch, [],
                        sandbox.readable_folders(), {"PATH": "/usr/bin:/bin"}, slot)
 process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
-watch = watchdog.Watchdog(process.pid, bound << 20, tasks, 64.0, [str(scratch), "/tmp", "/dev/shm"])
+watch = watchdog.Watchdog(process.pid, bound << 20, tasks, cores, [str(scratch), "/tmp", "/dev/shm"])
 watch.start()
 out = process.communicate()[0]
 print(json.dumps({"bound": watch.stop(), "out": out.splitlines()[-20:], "peak": watch.peak,
@@ -1045,6 +1046,64 @@ def test_the_watchdog_ends_a_job_past_its_process_bound(mode):
     seen = json.loads(done.stdout)
     assert seen["bound"] == "processes" and "done" not in seen["out"], seen
     assert 16 < seen["peak"]["tasks"] <= 41 + watchdog.SANDBOX_OWN, seen
+
+
+CHURN = """
+import os, time
+end = time.time() + 30
+while time.time() < end:  # 10 busy processes at a time, each ending after 0.3 s, replaced
+    kids = []
+    for _ in range(10):
+        if (pid := os.fork()) == 0:
+            stop = time.time() + 0.3
+            while time.time() < stop:
+                pass
+            os._exit(0)
+        kids.append(pid)
+    for kid in kids:
+        os.waitpid(kid, 0)
+os.write(1, b"done\\n")
+"""
+LEADER_GONE = """
+import ctypes, threading, time
+def hold():
+    time.sleep(1)  # allocates once the first thread has gone
+    held = b"x" * (300 << 20)
+    time.sleep(30)
+threading.Thread(target=hold).start()
+ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: this thread alone; the holder lives on
+"""
+
+
+def _watched(mode: str, *args: str) -> dict:
+    argv = [sys.executable, "-c", WATCHED, *args]
+    if mode == "nobody":
+        if why := can_run_as_nobody():
+            pytest.skip(why)
+        done = as_nobody(argv, {"PATH": "/usr/bin:/bin"}, [], timeout=120)
+    else:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", ["root", "nobody"])
+def test_processes_that_come_and_go_cannot_hide_their_cpu(mode):
+    """Ten busy processes at a time, each ending after 0.3 s and replaced, against a share of one
+    core (4 threads wanting one, on average over 5 s): ended at 'cpu'. Counted as the processes
+    alive at each reading, their time left with them and the job was never ended."""
+    seen = _watched(mode, "512", CHURN, "512", "1")
+    assert seen["bound"] == "cpu" and "done" not in seen["out"], seen
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", ["root", "nobody"])
+def test_memory_held_after_the_first_thread_exits_is_counted(mode):
+    """A thread holds 300 MiB after the process's first thread has exited (its own status then
+    shows no memory): ended at 'memory' under a 200 MiB bound, read through the live thread."""
+    seen = _watched(mode, "200", LEADER_GONE)
+    assert seen["bound"] == "memory", seen
 
 
 SHARES_MEMORY = """

@@ -208,41 +208,44 @@ class Grader:
             )
         else:
             env = {**os.environ, **env}
-        with tempfile.TemporaryFile() as log:
-            group = None
-            if self.per_job:  # every process of the job in one cgroup, made for it alone
-                group = cgroups.JobGroup(
-                    f"{cgroups.GROUP_PREFIX}{os.getpid()}-{self.slot}",
-                    self.limits.job_memory_bytes,
-                    self.limits.processes,
-                )
-            channel, result_fd = os.pipe()
-            try:
-                with self._starting:  # kill() takes it too: a job starts before it, or never
-                    if self._killed:
-                        raise _Interrupted
-                    if group is not None:
-                        group.create()
-                        argv = group.wrap(argv)
-                    self._process = subprocess.Popen(
-                        argv,
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.DEVNULL,
-                        stderr=log,
-                        env=env,
-                        cwd=scratch,
-                        start_new_session=True,
-                        pass_fds=(result_fd,),
-                    )
-            except (OSError, _Interrupted) as error:
-                os.close(channel)
+        group = None
+        if self.per_job:  # every process of the job in one cgroup, made for it alone
+            group = cgroups.JobGroup(
+                f"{cgroups.GROUP_PREFIX}{os.getpid()}-{self.slot}",
+                self.limits.job_memory_bytes,
+                self.limits.processes,
+            )
+        channel, result_fd = os.pipe()
+        try:
+            with self._starting:  # kill() takes it too: a job starts before it, or never
+                if self._killed:
+                    raise _Interrupted
                 if group is not None:
-                    group.remove()
-                if isinstance(error, _Interrupted):
-                    return {"error": "grading was interrupted"}, ""
-                raise
-            finally:
-                os.close(result_fd)  # the graded process holds the only writing end
+                    group.create()
+                    argv = group.wrap(argv)
+                self._process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    # a pipe, never a file: bwrap's init holds it, and a cell may write to it
+                    stderr=subprocess.PIPE,
+                    env=env,
+                    cwd=scratch,
+                    start_new_session=True,
+                    pass_fds=(result_fd,),
+                )
+        except (OSError, _Interrupted) as error:
+            os.close(channel)
+            if group is not None:
+                group.remove()
+            if isinstance(error, _Interrupted):
+                return {"error": "grading was interrupted"}, ""
+            raise
+        finally:
+            os.close(result_fd)  # the graded process holds the only writing end
+        log = _Drain(self._process.stderr)
+        watch = None
+        try:
             if group is not None:  # the kernel kills one process at the limit: end the rest
                 watch = watchdog.GroupWatch(group.out_of_memory, self._end).start()
             elif self.use_sandbox:  # no cgroup: the watchdog bounds the job from outside
@@ -253,37 +256,33 @@ class Grader:
                     self.cores,
                     [str(scratch), "/tmp", "/dev/shm"],
                 ).start()
-            else:
-                watch = None
-            try:
-                key = secrets.token_bytes(32)  # signs the one result this job believes
-                out = _bounded_exchange(
-                    self._process,
-                    channel,
-                    json.dumps(
-                        {**request, "result_key": key.hex(), "result_fd": result_fd}
-                    ).encode(),
-                    self.timeout_s,
-                )
-                if len(out) > MAX_RESULT_BYTES:
-                    outcome = {"error": f"its result passed {MAX_RESULT_BYTES // 2**20} MiB"}
-                elif (outcome := signed_outcome(out, key)) is None:
-                    outcome = {
-                        "error": "no result signed by its grading process (a forged or "
-                        "broken result line?)"
-                    }
-            except subprocess.TimeoutExpired:
-                self._end()
-                outcome = {"timed_out": True}
-            finally:
-                self._end()
-                if watch is not None:
-                    self._ended = watch.stop()
-                if group is not None:  # nothing of the job outlives it, its group neither
-                    self._ended = "memory" if group.out_of_memory() else self._ended
-                    group.remove()
-            log.seek(0)
-            text = log.read(1 << 20).decode(errors="replace")
+            key = secrets.token_bytes(32)  # signs the one result this job believes
+            out = _bounded_exchange(
+                self._process,
+                channel,
+                json.dumps({**request, "result_key": key.hex(), "result_fd": result_fd}).encode(),
+                self.timeout_s,
+            )
+            if len(out) > MAX_RESULT_BYTES:
+                outcome = {"error": f"its result passed {MAX_RESULT_BYTES // 2**20} MiB"}
+            elif (outcome := signed_outcome(out, key)) is None:
+                outcome = {
+                    "error": "no result signed by its grading process (a forged or "
+                    "broken result line?)"
+                }
+        except subprocess.TimeoutExpired:
+            self._end()
+            outcome = {"timed_out": True}
+        finally:
+            self._end()
+            if watch is not None:
+                self._ended = watch.stop()
+            if group is not None:  # nothing of the job outlives it, its group neither
+                self._ended = "memory" if group.out_of_memory() else self._ended
+                group.remove()
+            with self._starting:  # ended and reaped: no later kill() signals its number
+                self._process = None
+        text = log.text()
         if self._killed:
             outcome = {"error": "grading was interrupted"}
         return outcome, text
@@ -335,7 +334,10 @@ def limits_reached(cell_errors: list[dict]) -> list[str]:
 def bound_met(bound: str, limits: sandbox.Limits, cores: float) -> str:
     """The row's problem for a job ended whole at one of its bounds (``watchdog``'s reasons)."""
     memory = f"{limits.job_memory_gib:g} GiB"
-    busy = f"{cores * watchdog.CPU_SLACK:g} cores busy for {watchdog.CPU_WINDOW_S:g} s"
+    busy = (
+        f"{cores * watchdog.CPU_SLACK:g} threads wanting a core, on average over "
+        f"{watchdog.CPU_WINDOW_S:g} s"
+    )
     return {
         "memory": f"memory limit: the job's processes and files in memory passed {memory} together",
         "processes": f"process limit: the job ran more than {limits.processes} processes and threads",
@@ -345,6 +347,30 @@ def bound_met(bound: str, limits: sandbox.Limits, cores: float) -> str:
 
 MAX_RESULT_BYTES = 1 << 20
 """The most a graded process may write as its result (one JSON line); more is read no further."""
+
+
+class _Drain:
+    """Reads a pipe to its end in a thread of its own, keeping the first ``MAX_LOG_BYTES``: a
+    job's stderr, where a submission can write as much as it likes."""
+
+    def __init__(self, stream) -> None:
+        self.kept = bytearray()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        with contextlib.suppress(OSError, ValueError), stream:
+            while chunk := stream.read1(1 << 16):
+                if len(self.kept) < MAX_LOG_BYTES:
+                    self.kept += chunk[: MAX_LOG_BYTES - len(self.kept)]
+
+    def text(self) -> str:
+        self._thread.join(timeout=5)  # the job has ended: its end of the pipe is closed
+        return bytes(self.kept).decode(errors="replace")
+
+
+MAX_LOG_BYTES = 1 << 20
+"""What a job's stderr log keeps (the instructor's feedback shows its end)."""
 
 
 class _Interrupted(Exception):
@@ -478,9 +504,10 @@ def job_bound(limits: sandbox.Limits, jobs: int, cgroup: bool = True) -> str:
     why = "switched off" if cgroup is False else why
     return (
         f"lab grade: no cgroup per job here ({why}): the watchdog bounds each job to {sizes}"
-        f" together, polled every {watchdog.POLL_S:g} s, and ends one keeping more than "
-        f"{cpu_share(jobs) * watchdog.CPU_SLACK:g} of {os.cpu_count()} cores busy for "
-        f"{watchdog.CPU_WINDOW_S:g} s (instructor guide, 'What holds in each mode')"
+        f" together, polled every {watchdog.POLL_S:g} s, and ends one whose threads wanting a core "
+        f"average more than {cpu_share(jobs) * watchdog.CPU_SLACK:g} over "
+        f"{watchdog.CPU_WINDOW_S:g} s ({os.cpu_count()} cores here; instructor guide, 'What "
+        "holds in each mode')"
     )
 
 

@@ -77,10 +77,12 @@ def prepare_lab_grade(args: argparse.Namespace) -> Path:
 
 
 SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([MGT])(?:i?B)?", re.IGNORECASE)
-MIN_JOB_MEMORY_MIB = 256
-"""A job's smallest memory bound: a kernel that imports torch holds some 300 MB."""
-MIN_JOB_PROCESSES = 16
-"""A job's fewest processes and threads: its grading process, kernel and their threads."""
+MIN_JOB_MEMORY_MIB = 1024
+"""A job's smallest memory bound: the grading process and a kernel that imports torch hold some
+400 MB together (the hostile class's right notebooks, measured)."""
+MIN_JOB_PROCESSES = 64
+"""A job's fewest processes and threads: its grading process, kernel and their threads (some 21
+for a right notebook, measured), with room for what a lab's code starts."""
 
 
 def job_limits(memory: str, processes: int):

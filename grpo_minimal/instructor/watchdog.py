@@ -9,14 +9,15 @@ every process in that namespace, double forks and new sessions included. Each po
   ``/tmp``, ``/dev/shm``), read with ``statvfs`` through a job process's own root
   (``/proc/PID/root``);
 - processes and threads;
-- CPU demand: how many of its threads ran or waited to run, read every half second; the job's
-  demand is the least of those readings over a few seconds, so a burst (a fork storm, a flood
-  of output) ends nothing, and only demand kept up for the whole window does.
+- CPU demand: how many of its threads ran or waited to run, on average over a few seconds,
+  each thread's time kept once it has ended (threads and processes that come and go do not
+  hide their time).
 
 Past a bound the whole job is killed (its namespace's init: the kernel ends everything in it),
 and the row says which bound it met. What it cannot do: share the CPU out fairly (a job is ended,
-not slowed, and only once it has kept ``CPU_SLACK`` times its share busy for all of
-``CPU_WINDOW_S``),
+not slowed, and only once it has kept ``CPU_SLACK`` times its share busy over
+``CPU_WINDOW_S``; a storm of forks that copies a kernel's pages hundreds of times is such a job
+on a loaded machine and not on an idle one),
 nor stop an allocation between two polls: a fast allocator gets past the memory bound by what it
 allocates in one poll, and more where a job of hundreds of processes is polled less often (the
 guide gives the figures measured).
@@ -25,7 +26,6 @@ guide gives the figures measured).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import signal
 import threading
@@ -35,9 +35,10 @@ from collections import deque
 POLL_S = 0.05
 """Seconds between two polls: a fast allocator touches a few hundred MB in one (measured)."""
 CPU_WINDOW_S = 5.0
-"""A job above its CPU bound at every reading for this long is ended."""
-CPU_EVERY_S = 0.5
-"""Seconds between two readings of a job's CPU demand (a file per thread)."""
+"""A job above its CPU bound on average over this long is ended."""
+CPU_EVERY_S = POLL_S
+"""Seconds between two readings of a job's CPU demand (a file per thread): every poll, so that a
+process that lives a tenth of a second is seen, and its time kept once it has ended."""
 CPU_SLACK = 4
 """A job may keep this many times its share of the cores busy before it is ended. A right
 notebook that prints fast keeps its kernel, the kernel's I/O thread and the grading process
@@ -110,21 +111,39 @@ STATUS = ("RssAnon", "RssShmem", "VmSwap", "Threads", "NSpid")
 SHARES = ("Pss_Anon", "Pss_Shmem", "SwapPss")
 
 
+INODE_BYTES = 1024
+"""Kernel memory a file in a memory file system costs whatever its size (measured: 200,000
+empty files took 197 MB), which no block count shows."""
+
+
 def files_held(pid: int, places: list[str]) -> int:
-    """Bytes the memory file systems at ``places`` hold, as process ``pid`` sees them."""
+    """Bytes the memory file systems at ``places`` hold, as process ``pid`` sees them: their
+    blocks, and ``INODE_BYTES`` for each file (a million empty ones are a GB)."""
     held = 0
     for place in places:
         with contextlib.suppress(OSError):
             fs = os.statvfs(f"/proc/{pid}/root{place}")
             held += (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+            held += (fs.f_files - fs.f_ffree) * INODE_BYTES
     return held
 
 
-def demand_ns(pid: int) -> int:
-    """Nanoseconds the threads of ``pid`` have run or waited to run (``schedstat``): over a
-    time, how many of them wanted a core, however loaded the machine (the time they ran would
-    fall as other work takes the cores, while a classmate starves all the same)."""
-    total = 0
+def process_file(pid: int, name: str) -> str:
+    """``/proc/PID/<name>``, or the same file of a thread still alive where the process's first
+    thread has exited (then its own file no longer says what the others hold)."""
+    with contextlib.suppress(OSError, StopIteration):
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rpartition(")")[2].split()[0] == "Z":
+                tid = next(t for t in os.listdir(f"/proc/{pid}/task") if t != str(pid))
+                return f"/proc/{pid}/task/{tid}/{name}"
+    return f"/proc/{pid}/{name}"
+
+
+def demand_ns(pid: int) -> dict[int, int]:
+    """Nanoseconds each thread of ``pid`` has run or waited to run (``schedstat``), by thread id:
+    over a time, how many of them wanted a core, however loaded the machine (the time they ran
+    would fall as other work takes the cores, while a classmate starves all the same)."""
+    totals = {}
     with contextlib.suppress(OSError):
         for task in os.listdir(f"/proc/{pid}/task"):
             with (
@@ -132,8 +151,29 @@ def demand_ns(pid: int) -> int:
                 open(f"/proc/{pid}/task/{task}/schedstat") as f,
             ):
                 ran, waited, _ = f.read().split()
-                total += int(ran) + int(waited)
-    return total
+                totals[int(task)] = int(ran) + int(waited)
+    return totals
+
+
+class Demand:
+    """A job's CPU demand so far, in nanoseconds, that only grows: each thread's total as last
+    read, and once a thread is gone (or its id is taken by a new one, whose total starts
+    again), its last total kept. A job whose processes keep ending and being replaced hides
+    nothing but what its threads did since the last reading."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}
+        self.retired = 0
+
+    def read(self, pids: list[int]) -> int:
+        now = {}
+        for pid in pids:
+            now.update(demand_ns(pid))
+        for tid, last in self.seen.items():
+            if now.get(tid, -1) < last:  # ended, or its id taken again
+                self.retired += last
+        self.seen = now
+        return self.retired + sum(now.values())
 
 
 WATCHED: list[dict] = []
@@ -182,6 +222,7 @@ class Watchdog:
             return
         init, namespace = found
         history: deque[tuple[float, int]] = deque()
+        self._demand = Demand()
         known: dict[int, bool] = {}
         wait = self.poll_s
         while not self._stop.wait(wait):
@@ -204,7 +245,7 @@ class Watchdog:
         cheap, tasks = {}, 0
         inside = None  # a process past the sandbox's setup: its root is the job's
         for pid in pids:
-            status = _fields(f"/proc/{pid}/status", STATUS)
+            status = _fields(process_file(pid, "status"), STATUS)
             cheap[pid] = sum(_kib(status.get(key)) for key in STATUS[:3])
             tasks += int(status.get("Threads") or 0)
             if inside is None and status.get("NSpid", "1").split()[-1] != "1":
@@ -222,14 +263,12 @@ class Watchdog:
         now = time.monotonic()
         if history and now - history[-1][0] < CPU_EVERY_S:
             return None
-        history.append((now, sum(demand_ns(pid) for pid in pids)))
+        history.append((now, self._demand.read(pids)))
         while len(history) > 2 and now - history[1][0] >= CPU_WINDOW_S:
             history.popleft()  # keep one reading at least a window old
-        if now - history[0][0] >= CPU_WINDOW_S:  # threads that wanted a core, at the least
-            busy = min(  # (a process ended between two readings takes its time away: 0)
-                max(0, after - before) / 1e9 / (t1 - t0)
-                for (t0, before), (t1, after) in itertools.pairwise(history)
-            )
+        elapsed = now - history[0][0]
+        if elapsed >= CPU_WINDOW_S:  # threads that wanted a core, on average over the window
+            busy = (history[-1][1] - history[0][1]) / 1e9 / elapsed
             self.peak["cores"] = max(self.peak["cores"], busy)
             if busy > self.cores * CPU_SLACK:
                 return "cpu"
@@ -265,7 +304,7 @@ class _Shares:
         return self._sum(cheap)
 
     def _read(self, pid: int, cheap: int) -> None:
-        values = _fields(f"/proc/{pid}/smaps_rollup", SHARES).values()
+        values = _fields(process_file(pid, "smaps_rollup"), SHARES).values()
         self.read[pid] = (sum(_kib(v) for v in values), cheap, time.monotonic())
 
     def _sum(self, cheap: dict[int, int]) -> int:
