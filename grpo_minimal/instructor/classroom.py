@@ -78,7 +78,8 @@ class Grader:
     """Grades one submission at a time in a sandboxed process (``sandbox.py``); ``slot`` is the
     job's number (its user id under root). Each job is bounded by ``limits`` together: in a
     cgroup of its own (``per_job``) or, in a sandbox without one, by the watchdog, which also
-    ends a job holding more than ``cores`` of CPU. ``kill`` ends what is in flight (Ctrl-C)."""
+    ends a job whose threads wanting a core average more than ``watchdog.CPU_SLACK`` times its
+    share, ``cores``. ``kill`` ends what is in flight (Ctrl-C)."""
 
     def __init__(
         self,
