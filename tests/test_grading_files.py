@@ -293,7 +293,7 @@ def test_a_notebooks_errors_are_bounded_in_its_result():
     may be and the row is the same in every mode (whole, it passed 1 MiB as an ordinary user)."""
     import nbformat
 
-    from grpo_minimal.instructor.grading import MAX_CELL_ERRORS, cell_errors
+    from grpo_minimal.instructor.grading import LIMIT_ERRORS, MAX_CELL_ERRORS, cell_errors
 
     error = nbformat.v4.new_output(
         "error", ename="ValueError", evalue="noise " * 200, traceback=["Traceback " + "x" * 9000]
@@ -308,3 +308,12 @@ def test_a_notebooks_errors_are_bounded_in_its_result():
     assert classroom.invalid_result(outcome, {}) is None
     text = feedback_text(Graded("a.ipynb", "01_advantages", [], [], None, "", errors), True, 8)
     assert f"  and {36_000 - MAX_CELL_ERRORS} more errors, not kept" in text.splitlines()
+    # a limit met after the noise still names the row's problem (one of each kept past the cap)
+    memory = nbformat.v4.new_output("error", ename="MemoryError", evalue="", traceback=[])
+    late = nbformat.v4.new_code_cell("x = [0] * 10**12", outputs=[memory, memory])
+    errors = cell_errors(nbformat.v4.new_notebook(cells=[cell, late]))
+    assert len(errors) == MAX_CELL_ERRORS + 2 and errors[-2]["error"] == "MemoryError"
+    assert errors[-1]["error"] == f"and {36_000 - MAX_CELL_ERRORS + 1} more errors, not kept"
+    assert classroom.limits_reached(errors) == [classroom.LIMIT_SIGNS["MemoryError"]]
+    assert classroom.invalid_result({**outcome, "cell_errors": errors}, {}) is None
+    assert set(classroom.LIMIT_SIGNS) == set(LIMIT_ERRORS)

@@ -38,6 +38,7 @@ from grpo_minimal.instructor.feedback import feedback_text
 from grpo_minimal.instructor.feedback import row as make_row
 from grpo_minimal.instructor.grading import (
     JUDGED_APART,
+    LIMIT_ERRORS,
     MAX_CELL_ERRORS,
     MAX_SYNTAX_ERRORS,
     ExerciseResult,
@@ -457,7 +458,7 @@ def invalid_result(outcome: dict, points: dict[str, float]) -> str | None:
     errors = outcome.get("cell_errors", [])
     if (
         not isinstance(errors, list)
-        or len(errors) > MAX_CELL_ERRORS + 1
+        or len(errors) > MAX_CELL_ERRORS + 1 + len(LIMIT_ERRORS)
         or not all(
             isinstance(e, dict)
             and set(e) == {"cell", "error", "traceback"}

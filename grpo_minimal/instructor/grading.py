@@ -299,6 +299,15 @@ MAX_CELL_ERRORS = 20
 prints 36,000 errors besides keeps its points in every mode: their tracebacks whole passed the
 1 MiB a result may be."""
 MAX_TRACEBACK = 4000
+LIMIT_ERRORS = (
+    "No space left on device",
+    "File too large",
+    "MemoryError",
+    "Cannot allocate memory",
+)
+"""What an error says when a cell met one of the sandbox's limits (``classroom.LIMIT_SIGNS``
+names the row's problem): kept past ``MAX_CELL_ERRORS``, one of each, so that noise before it
+does not hide why a notebook failed."""
 
 
 def cell_errors(executed) -> list[dict]:
@@ -307,15 +316,21 @@ def cell_errors(executed) -> list[dict]:
     instructor's); the first ``MAX_CELL_ERRORS`` of them, then one line that counts the rest."""
     errors = []
     more = 0
+    kept_signs: set[str] = set()  # a limit's error past the cap, one of each
     for cell in getattr(executed, "cells", None) or []:
         for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
             if output.get("output_type") != "error":
                 continue
-            if len(errors) == MAX_CELL_ERRORS:
-                more += 1
-                continue
-            source = str(cell.get("source", "")).strip().splitlines()
             value = (str(output.get("evalue", "")).strip().splitlines() or [""])[0]
+            if len(errors) >= MAX_CELL_ERRORS:
+                sign = next(
+                    (t for t in LIMIT_ERRORS if t in f"{output.get('ename')}: {value}"), None
+                )
+                if sign is None or sign in kept_signs:
+                    more += 1
+                    continue
+                kept_signs.add(sign)
+            source = str(cell.get("source", "")).strip().splitlines()
             errors.append(
                 {
                     "cell": (source[0] if source else "")[:80],
@@ -411,8 +426,11 @@ def _graded_process() -> None:
     """The sandboxed process: grade the notebook its stdin names (with the lab's test files, for
     a lab judged apart), write the outcome as one signed JSON line on the result channel the
     request names (a pipe that only this process holds; the kernel gets /dev/null)."""
-    with contextlib.suppress(Exception):  # no other process of this user may open /proc/<us>/fd
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    libc = ctypes.CDLL(None)
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: no other process of this user opens /proc/<us>
+    if libc.prctl(3, 0, 0, 0, 0) != 0:  # PR_GET_DUMPABLE: the key's secrecy rests on it
+        print("could not make the grading process undumpable; not grading", file=sys.stderr)
+        return
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     try:
