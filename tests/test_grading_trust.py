@@ -1109,6 +1109,17 @@ def test_memory_held_after_the_first_thread_exits_is_counted(mode):
     assert seen["bound"] == "memory", seen
 
 
+@needs_bwrap
+def test_a_watchdog_that_fails_ends_its_job():
+    """A watchdog whose reading raises (a bug of ours) ends the job, never leaves it unbounded."""
+    broken = "from grpo_minimal.instructor import watchdog as w\nw.Watchdog._measure = lambda *a: 1 / 0\n"
+    argv = [sys.executable, "-c", broken + WATCHED, "512", SLEEPERS]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen["bound"] == "error" and "done" not in seen["out"], seen
+
+
 SHARES_MEMORY = """
 import mmap, sys
 shared = mmap.mmap(-1, int(sys.argv[1]), flags=mmap.MAP_SHARED)  # not the process's data

@@ -344,6 +344,8 @@ def bound_met(bound: str, limits: sandbox.Limits, cores: float) -> str:
         "memory": f"memory limit: the job's processes and files in memory passed {memory} together",
         "processes": f"process limit: the job ran more than {limits.processes} processes and threads",
         "cpu": f"CPU limit: the job kept more than {busy} (its share: {cores:g})",
+        "error": "watchdog error: the job could not be watched (a bug of the grader's); grade "
+        "this notebook again",
     }[bound] + "; it was ended"
 
 

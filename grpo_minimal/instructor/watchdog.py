@@ -184,7 +184,8 @@ class Watchdog:
     """Watches the job whose sandbox is process ``pid`` (bwrap) until ``stop``; ends it past
     ``memory_bytes`` (its processes' memory and ``places``' files), ``tasks`` processes and
     threads (and ``SANDBOX_OWN``), or ``CPU_SLACK`` times ``cores`` kept busy for
-    ``CPU_WINDOW_S``. ``reason`` says which ("memory", "processes", "cpu"), or None."""
+    ``CPU_WINDOW_S``. ``reason`` says which ("memory", "processes", "cpu"; "error" where it
+    could not read the job, which it ends too), or None."""
 
     def __init__(
         self,
@@ -230,7 +231,10 @@ class Watchdog:
             pids = processes_in(namespace, known)
             if not pids:
                 break  # the job has ended
-            reason = self._measure(pids, history)
+            try:
+                reason = self._measure(pids, history)
+            except Exception:  # a bug of ours: the job is ended, never left unbounded
+                reason = "error"
             if reason is not None:
                 self.reason = reason
                 with contextlib.suppress(OSError):  # its init: the kernel ends the rest
