@@ -29,8 +29,8 @@ The four parts are summed as if they were all held at once, which over-counts (g
 allocated while activations are freed), and some memory is not counted at all: transient
 tensors (the logits of the frozen models' forward passes under ``no_grad``, temporaries inside
 one operation), the KV cache of generation, and the allocator's overhead. So a plan bounds
-nothing, from above or below: measured peaks have come out some 290 MiB below a plan (GRPO on
-SmolLM2-135M, a CPU) and 1.5 GB above one (PPO, the same runs), and 2.6 to 4.8 GB above on a
+nothing, from above or below: measured peaks have come out some 800 MiB below a plan (GRPO on
+SmolLM2-135M, a CPU) and 980 MiB above one (PPO, the same runs), and 2.6 to 4.8 GB above on a
 GPU (``bench/README.md``, ``llm_ppo_vs_grpo.py`` and ``gpu_plan.py``).
 """
 
