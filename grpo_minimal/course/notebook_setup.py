@@ -70,7 +70,7 @@ COURSE = {
         "in the cache; the `fetch` extra reads its GGUF file) and trains it on the CPU, fully and "
         "with LoRA (the `lora` extra); peak memory is about 5 GiB.",
     ),
-    "12_ppo_vs_grpo_on_a_language_model": Needs("about 1.5 min"),
+    "12_ppo_vs_grpo_on_a_language_model": Needs("about 2 min"),
 }
 """The course notebooks (``notebooks/NAME.ipynb``) and what each needs."""
 
