@@ -1010,15 +1010,7 @@ def test_the_watchdog_ends_a_fast_allocator_near_the_jobs_bound(mode):
     it all. As root and as a real ordinary user (nobody, the watchdog in nobody's own grading
     process). How far past the bound they got (each prints its total after each 8 MiB) is
     printed (-rP): the guide's overshoot."""
-    argv = [sys.executable, "-c", WATCHED, "512", ALLOCATOR]
-    if mode == "nobody":
-        if why := can_run_as_nobody():
-            pytest.skip(why)
-        done = as_nobody(argv, {"PATH": "/usr/bin:/bin"}, [], timeout=120)
-    else:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout)
+    seen = _watched(mode, "512", ALLOCATOR)
     print(
         f"allocated {seen['allocated']} MiB of a 512 MiB bound; the watchdog saw "
         f"{seen['peak']['memory'] / 2**20:.0f} MiB: {seen['peak']}"
@@ -1044,15 +1036,7 @@ def test_the_watchdog_ends_a_job_past_its_process_bound(mode):
     """41 sleeping processes, a job bound of 16 (the kernel's limit, 512, holds a job only at its
     own count; this is the watchdog's line, met first where it is the lower): ended whole at
     'processes' long before they wake, as root and as nobody."""
-    argv = [sys.executable, "-c", WATCHED, "512", SLEEPERS, "16"]
-    if mode == "nobody":
-        if why := can_run_as_nobody():
-            pytest.skip(why)
-        done = as_nobody(argv, {"PATH": "/usr/bin:/bin"}, [], timeout=120)
-    else:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout)
+    seen = _watched(mode, "512", SLEEPERS, "16")
     assert seen["bound"] == "processes" and "done" not in seen["out"], seen
     assert 16 < seen["peak"]["tasks"] <= 41 + watchdog.SANDBOX_OWN, seen
 
@@ -1084,8 +1068,9 @@ ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: this thread alone; the holder live
 """
 
 
-def _watched(mode: str, *args: str) -> dict:
-    argv = [sys.executable, "-c", WATCHED, *args]
+def _watched(mode: str, *args: str, script: str = WATCHED) -> dict:
+    """``WATCHED`` (or ``script``) on ``args`` as root or as a real nobody: what it printed."""
+    argv = [sys.executable, "-c", script, *args]
     if mode == "nobody":
         if why := can_run_as_nobody():
             pytest.skip(why)
@@ -1119,10 +1104,7 @@ def test_memory_held_after_the_first_thread_exits_is_counted(mode):
 def test_a_watchdog_that_fails_ends_its_job():
     """A watchdog whose reading raises (a bug of ours) ends the job, never leaves it unbounded."""
     broken = "from grpo_minimal.instructor import watchdog as w\nw.Watchdog._measure = lambda *a: 1 / 0\n"
-    argv = [sys.executable, "-c", broken + WATCHED, "512", SLEEPERS]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout)
+    seen = _watched("root", "512", SLEEPERS, script=broken + WATCHED)
     assert seen["bound"] == "error" and "done" not in seen["out"], seen
 
 
