@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 
 from .lm_model import eos_token_ids
+from .vlm import encode_prompts, is_processor, text_tokenizer
 
 SAMPLING_LOOP_MAX_PARAMETERS = 10_000_000
 """``uses_sampling_loop``: models up to this size sample through the loop on a CPU."""
@@ -32,6 +33,9 @@ class CompletionGroups:
     (``add``: old and reference log-probs, advantages, values, masks) travel with
     their rows: ``split`` and ``take`` slice every one of them together, as TRL's
     ``split_tensor_dict`` does, and each is read as an attribute (``rollout.advantages``).
+    A vision-language model's image tensors travel with their prompts, in ``prompt_inputs``
+    (``pixel_values`` [P, 3, H, W]): every forward over a prompt passes them (``row_inputs``
+    repeats them for a pass over prompt + completion rows).
     """
 
     prompt_ids: torch.Tensor  # [P, Lp], one row per distinct prompt
@@ -42,6 +46,7 @@ class CompletionGroups:
     completions: list[str] = field(default_factory=list)  # N decoded completions
     rows: list[dict] = field(default_factory=list)  # N dataset rows, for the reward functions
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # per row: [N, ...] each
+    prompt_inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # per prompt: [P, ...]
 
     def __getattr__(self, name: str) -> torch.Tensor:
         # only called for names that are not fields: the tensors a step added
@@ -67,6 +72,11 @@ class CompletionGroups:
                 )
             self.tensors[name] = value
 
+    def row_inputs(self) -> dict[str, torch.Tensor]:
+        """``prompt_inputs`` with each prompt's repeated for its G rows: [N, ...] each."""
+        G = self.num_generations
+        return {k: v.repeat_interleave(G, dim=0) for k, v in self.prompt_inputs.items()}
+
     def get(self, name: str) -> torch.Tensor | None:
         """An added tensor, or None when the step did not add it (``ref_logps`` at beta 0)."""
         return self.tensors.get(name)
@@ -87,6 +97,7 @@ class CompletionGroups:
             pick(self.completions),
             pick(self.rows),
             {name: value[rows] for name, value in self.tensors.items()},
+            {name: value[prompts] for name, value in self.prompt_inputs.items()},
         )
 
     def take(self, prompts: torch.Tensor) -> CompletionGroups:
@@ -140,8 +151,9 @@ def uses_sampling_loop(model) -> bool:
 
     - the CPU, and at most ``SAMPLING_LOOP_MAX_PARAMETERS`` parameters;
     - a decoder-only model (no ``config.is_encoder_decoder``);
-    - a forward that names ``position_ids``, ``logits_to_keep``, ``use_cache`` and the cache
-      argument (a forward taking them only through ``**kwargs`` may ignore them);
+    - a forward that names ``position_ids``, ``logits_to_keep`` and the cache argument (a
+      forward taking them only through ``**kwargs`` may ignore them), and ``use_cache`` or
+      ``**kwargs`` (LLaVA passes it on to its text model; the probe sees a cache come back);
     - a forward of one token with those arguments that returns one position's logits and a
       cache with ``batch_repeat_interleave`` (transformers' ``DynamicCache``; not a recurrent
       model's state or a legacy tuple). This probe runs in eval mode and draws no random numbers.
@@ -159,7 +171,10 @@ def uses_sampling_loop(model) -> bool:
     if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
         return False
     named = inspect.signature(model.forward).parameters
-    if not {"position_ids", "logits_to_keep", "use_cache", cache_argument(model)} <= set(named):
+    if not {"position_ids", "logits_to_keep", cache_argument(model)} <= set(named):
+        return False
+    passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in named.values())
+    if "use_cache" not in named and not passes_on:
         return False
     was_training = model.training
     model.eval()
@@ -196,6 +211,8 @@ def sample_with_kv_cache(
     do_sample: bool,
     pad_id: int,
     eos_ids: Sequence[int],
+    prompt_inputs: dict[str, torch.Tensor] | None = None,
+    suppress_ids: Sequence[int] = (),
 ) -> torch.Tensor:
     """G completions of each of P left-padded prompts, token by token: [P * G, C] new tokens,
     C <= ``max_new_tokens`` (row i answers prompt i // G).
@@ -208,7 +225,9 @@ def sample_with_kv_cache(
     may round differently, so the first token's logits can differ in the last bits; on the
     course's models the draws are the same, ``tests/test_sampling_loop.py``.)
     A row that has emitted an EOS gets ``pad_id`` from then on (equation (15) masks it); the
-    loop stops when every row has, or after ``max_new_tokens``.
+    loop stops when every row has, or after ``max_new_tokens``. ``prompt_inputs`` (a VLM's
+    ``pixel_values``) go into the prompt pass only: the image features then live in the cache.
+    ``suppress_ids`` are never drawn (a VLM's ``<image>``: generate's ``suppress_tokens``).
     """
     G, N = num_generations, prompt_ids.shape[0] * num_generations
     # positions count real tokens only, so left padding moves nothing
@@ -221,10 +240,12 @@ def sample_with_kv_cache(
         position_ids=positions,
         use_cache=True,
         logits_to_keep=1,
+        **(prompt_inputs or {}),
     )
     cache = output_cache(out)
     cache.batch_repeat_interleave(G)
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)
+    suppress = list(suppress_ids)
     positions = positions[:, -1:].repeat_interleave(G, dim=0)
     mask = None if mask is None else mask.repeat_interleave(G, dim=0)
     eos = torch.tensor(list(eos_ids), device=prompt_ids.device)
@@ -232,6 +253,8 @@ def sample_with_kv_cache(
     tokens, cache_name = [], cache_argument(model)
     while True:
         scores = logits.float()  # generate samples from float32 scores
+        if suppress:  # before the temperature, as generate's SuppressTokensLogitsProcessor
+            scores[:, suppress] = float("-inf")
         if do_sample:
             if temperature != 1.0:  # generate skips the division at T = 1
                 scores = scores / temperature
@@ -271,6 +294,8 @@ def generate_completions(
     do_sample: bool,
     pad_id: int,
     eos_ids: Sequence[int],
+    prompt_inputs: dict[str, torch.Tensor] | None = None,
+    suppress_ids: Sequence[int] = (),
 ) -> torch.Tensor:
     """``sample_with_kv_cache``'s [P * G, C] new tokens, from one batched ``generate`` call.
 
@@ -287,6 +312,7 @@ def generate_completions(
         max_new_tokens=max_new_tokens,
         pad_token_id=pad_id,
         eos_token_id=list(eos_ids),
+        suppress_tokens=list(suppress_ids) or None,
         **sampling,
     )
     own_config, model.generation_config = model.generation_config, config
@@ -295,6 +321,10 @@ def generate_completions(
             input_ids=prompt_ids.repeat_interleave(num_generations, dim=0),
             attention_mask=prompt_mask.repeat_interleave(num_generations, dim=0),
             generation_config=config,
+            **{
+                k: v.repeat_interleave(num_generations, dim=0)
+                for k, v in (prompt_inputs or {}).items()
+            },
         )
     finally:
         model.generation_config = own_config
@@ -325,20 +355,30 @@ def sample_completions(
 
     Prompts are padded on the left whatever the tokenizer's ``padding_side`` (as TRL does): new
     tokens follow each prompt's last token, never a pad.
+
+    For a vision-language model ``tokenizer`` is its processor: each row's ``image`` is encoded
+    with its prompt, the image tensors travel in the rollout's ``prompt_inputs``, and the
+    ``<image>`` token is never drawn (``config.image_token_id``, as TRL suppresses it).
     """
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
     G = num_generations
     device = next(model.parameters()).device
     eos_ids = list(eos_ids or eos_token_ids(model, tokenizer))
-    enc = tokenizer(
-        list(prompts),
-        return_tensors="pt",
-        padding=True,
-        padding_side="left",
-        add_special_tokens=False,
-    )
-    prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    if is_processor(tokenizer):
+        enc = encode_prompts(tokenizer, prompts, [row["image"] for row in rows], device)
+    else:
+        enc = tokenizer(
+            list(prompts),
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+            add_special_tokens=False,
+        ).to(device)
+    prompt_ids, prompt_mask = enc.pop("input_ids"), enc.pop("attention_mask")
+    prompt_inputs = dict(enc)  # a VLM's pixel_values; nothing for a text model
+    suppress_ids = [getattr(model.config, "image_token_id", None)] if prompt_inputs else []
+    tokenizer = text_tokenizer(tokenizer)
     draw = sample_with_kv_cache if sampler == "loop" else generate_completions
     was_training = model.training
     model.eval()
@@ -355,6 +395,8 @@ def sample_completions(
                 do_sample=do_sample,
                 pad_id=tokenizer.pad_token_id,
                 eos_ids=eos_ids,
+                prompt_inputs=prompt_inputs,
+                suppress_ids=[i for i in suppress_ids if i is not None],
             )
     finally:
         model.train(was_training)
@@ -368,6 +410,7 @@ def sample_completions(
         prompts=[p for p in prompts for _ in range(G)],
         completions=tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
         rows=[r for r in rows for _ in range(G)],
+        prompt_inputs=prompt_inputs,
     )
 
 

@@ -18,8 +18,12 @@ against (it reads the ``answer`` column by name). For TRL, wrap the rows with
 - ``load_gsm8k(split)``: GSM8K from the Hugging Face Hub through ``datasets`` (the GPU path; it
   needs the network and ``pip install datasets``). The gold is the number after ``####``.
 - ``load_gsm8k_sample()``: a 20-problem GSM8K-format file written by this project, no network.
+- ``load_shapes(split)``: notebook 13's images, 1 to 6 shapes to count (``train`` /
+  ``validation`` / ``test``, drawn by ``data/make_shapes.py``, seeded): rows
+  ``{"prompt": "", "answer": "3", "image": <PIL image>}``. No image is in two splits.
 - ``read_jsonl(path)`` / ``load_jsonl(path)``: your own data; a malformed line is an error that
-  names the file and the line number.
+  names the file and the line number. A row with an ``image`` field (a file path, relative to
+  the JSONL file's folder) is a row for a vision-language model: the image is read at load.
 
 Held out means never trained on: ``load_train_eval_rows`` gives the training rows and the
 held-out rows of a run, and refuses evaluation prompts that are also training prompts
@@ -55,6 +59,7 @@ __all__ = [
     "load_math_dataset",
     "load_math_rows",
     "load_reasoning",
+    "load_shapes",
     "load_train_eval_rows",
     "problem_key",
     "read_jsonl",
@@ -67,6 +72,7 @@ DATA_DIR = shipped.data_dir()
 ARITHMETIC_SPLITS = ("train", "test", "mix_train", "mix_test")
 REASONING_SPLITS = ("train", "test")
 CHAT_ARITHMETIC_SPLITS = ("train", "validation", "test")
+SHAPES_SPLITS = ("train", "validation", "test")
 
 
 _QUESTION_RE = re.compile(r"What is (\d+) ([-+*]) (\d+)\?")
@@ -146,13 +152,35 @@ def _math_rows(rows: list[dict[str, Any]], source: str) -> list[dict[str, str]]:
     return out
 
 
-def load_jsonl(path: str | Path) -> list[dict[str, str]]:
+def load_jsonl(path: str | Path) -> list[dict]:
     """Read a math JSONL file with ``prompt`` and ``answer`` fields (or GSM8K's ``question``
-    and ``answer``, mapped to ``prompt`` and the number after ``####``)."""
+    and ``answer``, mapped to ``prompt`` and the number after ``####``). Rows with an ``image``
+    field are image rows (``load_image_rows``)."""
     rows = read_jsonl(path)
     if rows and "question" in rows[0] and "prompt" not in rows[0]:
         return [gsm8k_row(row) for row in rows]
+    if any("image" in row for row in rows):
+        return load_image_rows(rows, path)
     return _math_rows(rows, str(path))
+
+
+def load_image_rows(rows: list[dict[str, Any]], path: str | Path) -> list[dict]:
+    """Rows ``{"prompt", "answer", "image"}`` of a vision-language task: each ``image`` is a
+    path relative to the JSONL file's folder (or absolute), read as an RGB ``PIL.Image`` now,
+    so that a missing or unreadable file is one error naming its line, before any training."""
+    from .vlm import load_image
+
+    folder = Path(path).parent
+    out = _math_rows(rows, str(path))
+    for index, (row, kept) in enumerate(zip(rows, out, strict=True)):
+        image = row.get("image")
+        if not isinstance(image, str):
+            raise ValueError(
+                f"{path}: row {index} needs a string field 'image' (an image file's path, "
+                f"relative to the JSONL file), got {row!r:.120}"
+            )
+        kept["image"] = load_image(folder / image, f"{path}: row {index}: image")
+    return out
 
 
 def _shipped_or(folder: str | Path | None, name: str) -> Path:
@@ -181,6 +209,14 @@ def load_reasoning(split: str = "train", data_dir: str | Path | None = None) -> 
     if split not in REASONING_SPLITS:
         raise ValueError(f"reasoning split must be one of {REASONING_SPLITS}, got {split!r}")
     return load_jsonl(_shipped_or(data_dir, f"reasoning_{split}.jsonl"))
+
+
+def load_shapes(split: str = "train", data_dir: str | Path | None = None) -> list[dict]:
+    """Notebook 13's images, ``train``, ``validation`` or ``test``: how many shapes (1 to 6) a
+    32x32 picture holds, ``{"prompt": "", "answer": "3", "image": <PIL image>}``."""
+    if split not in SHAPES_SPLITS:
+        raise ValueError(f"shapes split must be one of {SHAPES_SPLITS}, got {split!r}")
+    return load_jsonl(_shipped_or(data_dir, f"shapes/shapes_{split}.jsonl"))
 
 
 def load_gsm8k_sample(data_dir: str | Path | None = None) -> list[dict[str, str]]:
@@ -223,6 +259,8 @@ def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
         return load_reasoning(split)
     if name == "chat_arithmetic":
         return load_chat_arithmetic(split)
+    if name == "shapes":
+        return load_shapes(split)
     if name == "gsm8k":
         return load_gsm8k(split)
     if name == "gsm8k_sample":
@@ -233,7 +271,7 @@ def load_math_dataset(name: str, split: str = "train") -> list[dict[str, str]]:
         return load_jsonl(name)
     raise ValueError(
         "dataset must be 'arithmetic', 'arithmetic_mix', 'reasoning', 'chat_arithmetic', "
-        f"'gsm8k', 'gsm8k_sample' or a .jsonl path, got {name!r}"
+        f"'shapes', 'gsm8k', 'gsm8k_sample' or a .jsonl path, got {name!r}"
     )
 
 
@@ -297,11 +335,22 @@ def held_out_key(prompt: str) -> tuple[str, int, int] | str:
         return prompt.strip()
 
 
+def row_key(row: dict) -> tuple:
+    """A row's identity for the held-out check: its prompt (``held_out_key``) and, for an image
+    row, its image's pixels (``vlm.image_key``): the same question about two pictures is two
+    problems."""
+    from .vlm import image_key
+
+    image = row.get("image")
+    return (held_out_key(row["prompt"]), None if image is None else image_key(image))
+
+
 def count_overlap(train_rows: Sequence[dict], eval_rows: Sequence[dict]) -> int:
-    """How many evaluation rows are a problem seen in training (``held_out_key``: swapped
-    operands of ``+`` or ``*`` and surrounding spaces are the same problem)."""
-    seen = {held_out_key(row["prompt"]) for row in train_rows}
-    return sum(held_out_key(row["prompt"]) in seen for row in eval_rows)
+    """How many evaluation rows are a problem seen in training (``row_key``: swapped
+    operands of ``+`` or ``*`` and surrounding spaces are the same problem; an image row is
+    also its picture)."""
+    seen = {row_key(row) for row in train_rows}
+    return sum(row_key(row) in seen for row in eval_rows)
 
 
 def check_held_out(

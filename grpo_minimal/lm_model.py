@@ -18,14 +18,15 @@ import torch
 
 from . import fetch, shipped
 from .r1_format import R1_SYSTEM_PROMPT
+from .vlm import image_prompt, is_processor, text_tokenizer
 
 SHIPPED_MODELS = {
     name: shipped.data_dir() / shipped.SHIPPED_MODEL_FOLDERS[name]
-    for name in ("tiny", "tiny-reasoning", "tiny-direct")
+    for name in ("tiny", "tiny-reasoning", "tiny-direct", "tiny-vlm")
 }
-"""Short names of the models in ``data/`` that ``--model`` takes: the tiny math model, and
+"""Short names of the models in ``data/`` that ``--model`` takes: the tiny math model,
 notebook 10's cold starts (``data/make_reasoning_model.py``: a minority of written solutions, and
-none). ``grpo_minimal.shipped`` finds them in a checkout or in the installed package."""
+none) and notebook 13's tiny vision-language model (``data/make_tiny_vlm.py``). ``grpo_minimal.shipped`` finds them in a checkout or in the installed package."""
 
 TINY_MODEL = SHIPPED_MODELS["tiny"]
 """The small model the course ships (built by ``data/make_tiny_model.py``)."""
@@ -105,14 +106,31 @@ def load_tokenizer(name: str):
     return tokenizer
 
 
+def is_vlm_folder(name: str) -> bool:
+    """True for a local model folder whose config has a vision tower (a ``vision_config``)."""
+    config = Path(name) / "config.json"
+    return config.is_file() and '"vision_config"' in config.read_text(encoding="utf-8")
+
+
 def load_model(name: str, device: torch.device):
     """A causal LM (float32 weights, dropout off) and its tokenizer (``load_tokenizer``); a LoRA
-    checkpoint loads as its base model with the adapter merged (``lora.load_adapter_merged``)."""
+    checkpoint loads as its base model with the adapter merged (``lora.load_adapter_merged``).
+    A vision-language model folder (``vlm.py``) loads with its processor in the tokenizer's
+    place."""
     from transformers import AutoModelForCausalLM
 
     from .lora import is_adapter_folder, load_adapter_merged
 
     name = resolve_model_name(name)
+    if is_vlm_folder(name):
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        with quiet_transformers():
+            model = AutoModelForImageTextToText.from_pretrained(name, dtype=torch.float32)
+            processor = AutoProcessor.from_pretrained(name)
+        processor.tokenizer.padding_side = "left"
+        disable_dropout(model)
+        return model.to(device), processor
     tokenizer = load_tokenizer(name)
     with quiet_transformers():
         if is_adapter_folder(name):  # a LoRA run's checkpoint: its base, the adapter merged in
@@ -139,7 +157,7 @@ def enable_activation_checkpointing(model) -> None:
 def eos_token_ids(model, tokenizer) -> list[int]:
     """Every token that ends a completion: the tokenizer's EOS and the model's (chat models
     often have two, e.g. ``<|im_end|>`` and ``<|endoftext|>``)."""
-    ids = {tokenizer.eos_token_id}
+    ids = {text_tokenizer(tokenizer).eos_token_id}
     configured = getattr(model.generation_config, "eos_token_id", None)
     if isinstance(configured, int):
         ids.add(configured)
@@ -152,9 +170,17 @@ def eos_token_ids(model, tokenizer) -> list[int]:
 
 
 def format_prompt(question: str, tokenizer, template: str) -> str:
-    """The text the model sees: the prompt as it is, or a chat prompt asking for a format."""
+    """The text the model sees: the prompt as it is, or a chat prompt asking for a format. For a
+    vision-language model (``tokenizer`` is its processor) the prompt is always a chat, with the
+    row's image before the question (``plain``: the question alone)."""
     if template == "plain":
-        return question
+        if not is_processor(tokenizer):
+            return question
+        return tokenizer.apply_chat_template(
+            image_prompt([{"role": "user", "content": question}]),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
     if template == "r1":
         messages = [
             {"role": "system", "content": R1_SYSTEM_PROMPT},
@@ -173,21 +199,31 @@ def format_prompt(question: str, tokenizer, template: str) -> str:
             f"prompt_template={template!r} needs a tokenizer with a chat template; "
             "use prompt_template='plain' for a base model such as the tiny one"
         )
+    if is_processor(tokenizer):
+        messages = image_prompt(messages)
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def check_prompt_lengths(prompts: Sequence[str], tokenizer, model, max_new_tokens: int) -> None:
     """Refuse prompts the model cannot read: too long to leave room for the completion in the
     model's context, or with characters its tokenizer maps to the unknown token (``<unk>``: the
-    tiny model's vocabulary is the digits, ``+-*=`` and the space)."""
+    tiny model's vocabulary is the digits, ``+-*=`` and the space). A VLM's ``<image>`` counts
+    as the block of image tokens its processor expands it to."""
+    processor, tokenizer = tokenizer, text_tokenizer(tokenizer)
     # verbose=False: the length is ours to report, in one line
     encoded = tokenizer(list(prompts), add_special_tokens=False, verbose=False)["input_ids"]
-    context = getattr(model.config, "max_position_embeddings", None)
+    config = model.config.get_text_config()  # a VLM's context is its text model's
+    context = getattr(config, "max_position_embeddings", None)
     unk = tokenizer.unk_token_id
+    image_id, image_tokens = None, 1
+    if is_processor(processor):
+        image_id = processor.image_token_id
+        image_tokens = getattr(model.config, "image_seq_length", None) or 1
     for index, ids in enumerate(encoded):
-        if context is not None and len(ids) + max_new_tokens > context:
+        length = len(ids) + (image_tokens - 1) * ids.count(image_id)
+        if context is not None and length + max_new_tokens > context:
             raise ValueError(
-                f"prompt {index} is {len(ids)} tokens long; with max_completion_length="
+                f"prompt {index} is {length} tokens long; with max_completion_length="
                 f"{max_new_tokens} that exceeds the model's context of {context} tokens "
                 f"(prompt starts {prompts[index][:60]!r}). Shorten the prompt or lower "
                 "max_completion_length."

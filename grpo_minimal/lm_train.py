@@ -40,6 +40,7 @@ from .math_config import MathConfig
 from .r1_format import reasoning_rate
 from .rewards import RewardFunc, accuracy_reward, extract_value, parse_gold
 from .sampling_metrics import majority_vote, pass_at_k
+from .vlm import check_image_rows
 
 
 def setup(cfg: MathConfig):
@@ -84,7 +85,8 @@ def checked_rows(
     eval_rows = list(eval_rows)[: cfg.eval_n]
     where = f" (dataset={cfg.dataset!r}, eval_split={cfg.eval_split!r})"
     overlap = check_held_out(train_rows, eval_rows, cfg.allow_eval_overlap, where)
-    for rows in (train_rows, eval_rows):
+    for rows, name in ((train_rows, "training"), (eval_rows, "evaluation")):
+        check_image_rows(rows, model, name)  # one image of the right size per row, for a VLM
         check_prompts(rows, tokenizer, model, cfg)
     return train_rows, eval_rows, overlap
 

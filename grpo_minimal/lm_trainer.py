@@ -57,6 +57,7 @@ def completion_logits(model, rollout: CompletionGroups) -> torch.Tensor:
         position_ids=positions,
         logits_to_keep=C + 1,
         use_cache=False,
+        **rollout.row_inputs(),  # a VLM's image, once per row (as TRL passes it)
     ).logits
     return logits[:, :-1]  # position t predicts completion token t
 

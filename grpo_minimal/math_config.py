@@ -36,12 +36,14 @@ class MathConfig(ObjectiveConfig):
     model: str = option(
         "tiny",
         "a local Hugging Face model folder or a Hub id; tiny means the shipped data/tiny_math_lm"
-        " (tiny-reasoning and tiny-direct: notebook 10's cold starts)",
+        " (tiny-reasoning and tiny-direct: notebook 10's cold starts; tiny-vlm: notebook 13's "
+        "vision-language model)",
     )
     dataset: str = option(
         "arithmetic",
-        "arithmetic, arithmetic_mix, reasoning, chat_arithmetic (notebook 11), gsm8k (Hub), "
-        "gsm8k_sample or a .jsonl file with prompt and answer fields",
+        "arithmetic, arithmetic_mix, reasoning, chat_arithmetic (notebook 11), shapes (notebook 13:"
+        " images, for a vision-language model), gsm8k (Hub), gsm8k_sample or a .jsonl file with "
+        "prompt and answer fields (and image, a file path, for a vision-language model)",
     )
     eval_split: str = option(
         "test",
@@ -207,6 +209,19 @@ class MathConfig(ObjectiveConfig):
             "eval_n": 37,
             "eval_every": 5,
         },
+        # notebook 13: the tiny vision-language model counting shapes (data/make_tiny_vlm.py);
+        # one digit and <eos> answer; chosen on the validation split (bench/README.md)
+        "tiny-vlm": {
+            "model": "tiny-vlm",
+            "dataset": "shapes",
+            "eval_split": "validation",
+            "max_completion_length": 2,
+            "prompts_per_step": 16,
+            "num_generations": 8,
+            "max_steps": 150,
+            "eval_n": 300,
+            "eval_every": 50,
+        },
         # LoRA trains fewer weights and wants a larger learning rate, chosen on validation
         # (data/README.md) for these two models only
         "lora:tiny": {"learning_rate": 1e-3},
@@ -218,7 +233,8 @@ class MathConfig(ObjectiveConfig):
         """The presets a run takes, in the order they apply; the settings given override them all.
 
         1. One of: ``reasoning`` for the reasoning dataset or its cold-start models
-           (``tiny-reasoning``, ``tiny-direct``), on any device; else the model's own preset
+           (``tiny-reasoning``, ``tiny-direct``), on any device; ``tiny-vlm`` for the shapes
+           dataset with no model named, on any device; else the model's own preset
            (``smollm2-135m``), on any device; else ``gpu`` on a CUDA device (``device`` cuda,
            or auto with CUDA present), unless the model is the shipped ``tiny`` one; else none:
            the CPU lesson's defaults.
@@ -227,6 +243,8 @@ class MathConfig(ObjectiveConfig):
         model = overrides.get("model")
         if overrides.get("dataset") == "reasoning" or model in ("tiny-reasoning", "tiny-direct"):
             names = ["reasoning"]
+        elif overrides.get("dataset") == "shapes" and model in (None, "tiny-vlm"):
+            names = ["tiny-vlm"]
         elif model in cls.PRESETS and model not in ("gpu", "reasoning"):  # a model's own preset
             names = [model]
         else:

@@ -30,6 +30,7 @@ def shared_prompt_logits(model, rollout: CompletionGroups) -> torch.Tensor:
         position_ids=positions,
         use_cache=True,
         logits_to_keep=1,
+        **rollout.prompt_inputs,  # a VLM's image: its features enter the cache here
     )
     cache = output_cache(out)
     cache.batch_repeat_interleave(G)  # gradients flow back through the copies

@@ -36,10 +36,11 @@ SHIPPED_MODEL_FOLDERS = {
     "tiny-reasoning": "tiny_reasoning_lm",
     "tiny-direct": "tiny_direct_lm",
     "standin": "standin_lm",
+    "tiny-vlm": "tiny_vlm",
 }
 """Short names of the models in ``data/``: the tiny math model (``make_tiny_model.py``),
-notebook 10's cold starts (``make_reasoning_model.py``) and the stand-in for the real model
-(``make_standin_model.py``)."""
+notebook 10's cold starts (``make_reasoning_model.py``), the stand-in for the real model
+(``make_standin_model.py``) and notebook 13's tiny vision-language model (``make_tiny_vlm.py``)."""
 
 _PACKAGE = Path(str(importlib.resources.files("grpo_minimal")))
 _WHEEL_ROOT = _PACKAGE / "_shipped"
