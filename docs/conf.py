@@ -77,6 +77,9 @@ html_theme_options = {
     "use_download_button": False,  # the sources are on GitHub, one click away
 }
 html_context = {"default_mode": "light"}  # a first visit has no stored mode: start in light
+# The tab's icon, drawn for the course (a group's rewards and their mean): without one, every page
+# asks for /favicon.ico and gets a 404. Relative to this folder; Sphinx copies it to _static/.
+html_favicon = "_static/favicon.png"
 html_copy_source = False
 html_show_sourcelink = False
 

@@ -1,4 +1,4 @@
-"""Every notebook runs opened alone: its first cells come from one template
+"""Every notebook runs opened alone: after its title, its first cells come from one template
 (``grpo_minimal.course.notebook_setup``), with a Colab link, what it needs, a set-up cell that installs
 the package where it is missing, and a kernelspec. ``tests/wheel_smoke.py`` runs each notebook
 alone in an empty folder with the wheel installed; this file checks the cells themselves."""
@@ -30,14 +30,20 @@ def test_committed_notebooks_start_with_the_template(tmp_path):
     for name in COURSE:
         notebook = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
         assert notebook["metadata"]["kernelspec"] == KERNELSPEC
-        intro, setup = notebook["cells"][:2]
+        # the title first (the website's page opens with it), then the template's two cells,
+        # before any other code cell: the title is Markdown, so the set-up cell still runs first
+        title, intro, setup = notebook["cells"][:3]
+        assert notebook_setup.is_title(title), name
+        assert "".join(title["source"]).startswith(f"# {name[:2]} · "), name
         assert colab_badge(f"notebooks/{name}.ipynb") in "".join(intro["source"])
         assert f"git+{URL}" in "".join(setup["source"])
+        assert not any(c["cell_type"] == "code" for c in notebook["cells"][:2])
+        assert sum(1 for c in notebook["cells"] if c.get("id", "").startswith("course-")) == 2
     # a notebook executed without them gets them, numbered as if the set-up cell ran first
     path = ROOT / "notebooks" / "01_group_relative_advantage.ipynb"
     committed = json.loads(path.read_text())
     bare = json.loads(path.read_text())
-    bare["cells"] = bare["cells"][2:]
+    bare["cells"] = bare["cells"][:1] + bare["cells"][3:]
     for cell in bare["cells"]:
         if cell["cell_type"] == "code" and cell["execution_count"] is not None:
             cell["execution_count"] -= 1
@@ -46,6 +52,29 @@ def test_committed_notebooks_start_with_the_template(tmp_path):
                     output["execution_count"] -= 1
     rebuilt = notebook_setup.with_course_cells(bare, "01_group_relative_advantage")
     assert rebuilt == committed
+    # idempotent; and a notebook whose template cells stand above its title (as they once did)
+    # gets them moved below it, every cell and output as it was
+    assert notebook_setup.with_course_cells(committed, "01_group_relative_advantage") == committed
+    above = dict(
+        committed, cells=committed["cells"][1:3] + committed["cells"][:1] + committed["cells"][3:]
+    )
+    assert notebook_setup.with_course_cells(above, "01_group_relative_advantage") == committed
+
+
+def test_without_a_title_the_template_cells_come_first():
+    cells = [
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "id": "a",
+            "metadata": {},
+            "outputs": [],
+            "source": [],
+        }
+    ]
+    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    rebuilt = notebook_setup.with_course_cells(notebook, "01_group_relative_advantage")
+    assert [c["id"] for c in rebuilt["cells"]] == ["course-intro", "course-setup", "a"]
 
 
 def test_the_readme_table_links_each_notebook_to_colab_with_its_run_time():
@@ -107,10 +136,12 @@ def test_quick_mode_is_switched_both_ways_and_left_alone_by_default(
     assert os.environ.get("GRPO_QUICK") == after
 
 
-def test_each_lab_notebook_starts_with_its_setup_cell(monkeypatch, capsys):
+def test_each_lab_notebook_starts_with_its_title_then_its_setup_cell(monkeypatch, capsys):
     for path in sorted((ROOT / "notebooks" / "labs").glob("*.ipynb")):
-        first = "".join(json.loads(path.read_text())["cells"][0]["source"])
-        assert first == lab_setup_source(path.stem)
+        title, setup = json.loads(path.read_text())["cells"][:2]
+        assert notebook_setup.is_title(title), path.name
+        assert "".join(title["source"]).startswith(f"# Lab {path.stem[:2]} · "), path.name
+        assert "".join(setup["source"]) == lab_setup_source(path.stem)
     source = lab_setup_source("01_advantages")
     assert _run_setup(source, monkeypatch, {"grpo_minimal", "otter"}) == []
     assert capsys.readouterr().out == ""

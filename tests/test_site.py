@@ -9,6 +9,10 @@ Then, served from 127.0.0.1:
   request to any other host;
 - every image on them has loaded;
 - every page whose source holds TeX shows it typeset by MathJax, with no TeX error;
+- every notebook page, course and lab, opens with its title: nothing shown in the article (the
+  Colab link, "Runs on", the set-up cell) comes before its h1;
+- every page names its icon (`<link rel="icon">`), which the build holds and the server serves,
+  so no browser asks for a missing /favicon.ico;
 - every internal link of every page points at a page that exists, and at an anchor on it.
 """
 
@@ -118,9 +122,12 @@ class _Page(html.parser.HTMLParser):
         super().__init__()
         self.ids: set[str] = set()
         self.links: list[str] = []
+        self.icons: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
+        if tag == "link" and "icon" in (attrs.get("rel") or "").split() and attrs.get("href"):
+            self.icons.append(attrs["href"])
         if attrs.get("id"):
             self.ids.add(attrs["id"])
         if tag == "a" and attrs.get("name"):
@@ -183,6 +190,59 @@ def test_no_internal_link_points_at_a_missing_page_or_anchor(site):
     assert not broken, "\n".join(broken)
 
 
+def test_every_page_names_an_icon_the_build_holds(site):
+    missing = []
+    for path in sorted(site.rglob("*.html")):
+        relative = path.relative_to(site).as_posix()
+        if relative.startswith(NOT_CHECKED):
+            continue
+        icons = _parsed(path).icons
+        if not icons:
+            missing.append(f"{relative}: no <link rel=icon> (the browser asks for /favicon.ico)")
+        missing.extend(
+            f"{relative}: icon {href} (no such file)"
+            for href in icons
+            if not (path.parent / unquote(urlsplit(href).path)).is_file()
+        )
+    assert not missing, "\n".join(missing)
+
+
+# The first thing shown in a page's article, and its h1: the page opens with its title when that
+# first thing lies inside the h1 (a text, an image, a form control: the Colab link, the "Runs on"
+# paragraph and the set-up cell's code are each one).
+_OPENING = """() => {
+    const article = document.querySelector('article.bd-article');
+    if (!article) return {first: null, h1: null, inside: false};
+    const h1 = article.querySelector('h1');
+    const walker = document.createTreeWalker(article, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT);
+    let first = null;
+    for (let node = walker.nextNode(); node && !first; node = walker.nextNode()) {
+        const element = node.nodeType === Node.TEXT_NODE ? node.parentElement : node;
+        if (element.getClientRects().length === 0) continue;  // not shown
+        if (node.nodeType === Node.TEXT_NODE ? node.data.trim() : /^(IMG|SVG|INPUT|TEXTAREA|IFRAME)$/i.test(node.nodeName)) {
+            first = node;
+        }
+    }
+    const text = (node) => (node.nodeType === Node.TEXT_NODE ? node.data : node.outerHTML).trim().slice(0, 80);
+    return {
+        first: first && text(first),
+        h1: h1 && h1.textContent.replace(/#$/, '').trim(),
+        inside: Boolean(first && h1 && h1.contains(first)),
+    };
+}"""
+
+
+def _title_of(page: str) -> str:
+    """The notebook's title: the text of its first Markdown heading."""
+    import nbformat
+
+    notebook = nbformat.read(ROOT / page.replace(".html", ".ipynb"), as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("# "):
+            return cell.source.splitlines()[0].removeprefix("# ").strip()
+    raise AssertionError(f"{page}: its notebook has no title")
+
+
 def test_pages_load_in_chromium_with_images_and_typeset_math(site):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
@@ -191,7 +251,11 @@ def test_pages_load_in_chromium_with_images_and_typeset_math(site):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/"
-    pages = ["index.html"] + [f"notebooks/{name}.html" for name in COURSE]
+    # the lab pages are read for their title and icon (and errors, requests, images) only: their
+    # TeX is not checked here
+    labs = [f"notebooks/labs/{name}.html" for name in LABS]
+    notebooks = [f"notebooks/{name}.html" for name in COURSE] + labs
+    pages = ["index.html"] + notebooks
     problems: list[str] = []
     try:
         with sync_playwright() as playwright:
@@ -225,7 +289,7 @@ def test_pages_load_in_chromium_with_images_and_typeset_math(site):
             for name in pages:
                 current[0] = name
                 page.goto(base + name, wait_until="load")
-                source = _source_of(name)
+                source = "" if name in labs else _source_of(name)
                 if "$" in source or "\\begin{" in source:
                     # MathJax typesets after load: wait for it, then look for its output
                     try:
@@ -245,6 +309,23 @@ def test_pages_load_in_chromium_with_images_and_typeset_math(site):
                     .filter((img) => !img.complete || img.naturalWidth === 0)
                     .map((img) => img.getAttribute('src'))""")
                 problems.extend(f"{name}: image not loaded {src}" for src in unloaded)
+                # headless Chromium asks for no icon: fetch the one the page names, as tabs do
+                icon = page.evaluate("() => document.querySelector('link[rel~=icon]')?.href")
+                if icon is None:
+                    problems.append(f"{name}: no icon named (a browser asks for /favicon.ico)")
+                else:
+                    fetched = page.request.get(icon)
+                    if not fetched.ok or not fetched.headers["content-type"].startswith("image/"):
+                        problems.append(f"{name}: icon {icon}: HTTP {fetched.status}")
+                if name in notebooks:
+                    opening = page.evaluate(_OPENING)
+                    if not opening["inside"]:
+                        problems.append(
+                            f"{name}: opens with {opening['first']!r}, not its title (h1 "
+                            f"{opening['h1']!r})"
+                        )
+                    elif opening["h1"] != _title_of(name):
+                        problems.append(f"{name}: h1 {opening['h1']!r}, not {_title_of(name)!r}")
             browser.close()
     finally:
         server.shutdown()

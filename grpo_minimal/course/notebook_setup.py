@@ -1,12 +1,14 @@
 """The cells every notebook starts with, from one template.
 
 A notebook opened alone (Colab opens one from GitHub; a learner downloads one) has no checkout
-beside it. So each course notebook starts with two cells written here: a Markdown cell with its
+beside it. So each course notebook opens with its title cell (its ``# `` heading, so the page on
+the course website starts with the title), then two cells written here: a Markdown cell with its
 "Open in Colab" link and what its runtime needs, and a set-up cell that installs the course
 package when it is not importable (``%pip``, from the repository address kept in one place,
-``[project.urls]`` of ``pyproject.toml``) and offers quick mode. The lab notebooks start with a
-set-up cell of the same kind (``grpo-minimal lab build`` puts it there), which also needs the
-``labs`` extra. ``python -m grpo_minimal.course.notebook_setup`` rewrites the course notebooks' cells and
+``[project.urls]`` of ``pyproject.toml``) and offers quick mode. The title is Markdown, so the
+set-up cell still runs before every other code cell. The lab notebooks open the same way: their
+title, then a set-up cell of the same kind (``grpo-minimal lab build`` puts it there), which also
+needs the ``labs`` extra. ``python -m grpo_minimal.course.notebook_setup`` rewrites the course notebooks' cells and
 kernelspecs; ``--check`` lists the notebooks that differ (``tests/test_notebook_setup.py``).
 """
 
@@ -24,7 +26,9 @@ __all__ = [
     "KERNELSPEC",
     "colab_badge",
     "colab_url",
+    "after_title",
     "course_cells",
+    "is_title",
     "lab_setup_source",
     "repository_url",
 ]
@@ -144,7 +148,7 @@ def lab_setup_source(name: str) -> str:
 
 
 def course_cells(name: str) -> list[dict]:
-    """The two cells course notebook ``name`` starts with (nbformat 4 cell dicts)."""
+    """The two cells course notebook ``name`` has after its title (nbformat 4 cell dicts)."""
     needs = COURSE[name]
     intro = (
         f"{colab_badge(f'notebooks/{name}.ipynb')}\n\n"
@@ -175,6 +179,18 @@ def _is_setup(cell: dict) -> bool:
     return SETUP_TAG in cell.get("metadata", {}).get("tags", [])
 
 
+def is_title(cell: dict) -> bool:
+    """Whether ``cell`` is a notebook's title: a Markdown cell that opens with a ``# `` heading."""
+    source = "".join(cell.get("source", []))
+    return cell["cell_type"] == "markdown" and source.startswith("# ")
+
+
+def after_title(cells: list[dict]) -> int:
+    """Where the set-up cells go in ``cells`` (the notebook without them): right after the title
+    when the notebook opens with one, else first. Either way no code cell comes before them."""
+    return 1 if cells and is_title(cells[0]) else 0
+
+
 def _shift_counts(cells: list[dict]) -> None:
     """Number an executed notebook's cells as a run with the set-up cell first would."""
     for cell in cells:
@@ -186,7 +202,7 @@ def _shift_counts(cells: list[dict]) -> None:
 
 
 def with_course_cells(notebook: dict, name: str) -> dict:
-    """``notebook`` with its set-up cells (re)written and the kernelspec set.
+    """``notebook`` with its set-up cells (re)written after its title and the kernelspec set.
 
     Where the package is installed the set-up cell prints nothing and changes nothing, so adding
     it to an executed notebook moves only the execution counts (it runs first, as count 1)."""
@@ -202,7 +218,8 @@ def with_course_cells(notebook: dict, name: str) -> dict:
         _shift_counts(cells)
         fresh[1]["execution_count"] = 1
     metadata = dict(notebook["metadata"], kernelspec=KERNELSPEC)
-    return dict(notebook, metadata=metadata, cells=fresh + cells)
+    at = after_title(cells)
+    return dict(notebook, metadata=metadata, cells=cells[:at] + fresh + cells[at:])
 
 
 def _notebook_text(notebook: dict) -> str:

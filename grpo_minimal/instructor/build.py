@@ -5,8 +5,8 @@ written in otter-grader's assignment format (``# BEGIN QUESTION`` / ``# BEGIN SO
 ``# BEGIN TESTS`` raw cells). ``otter assign`` splits it into
 
 - the **student notebook** (solutions replaced by ``...``, public checks only, stored in the
-  notebook's metadata; a first cell that installs the package and its ``labs`` extra where they
-  are missing, ``grpo_minimal.course.notebook_setup``), copied to ``notebooks/labs/NN_name.ipynb`` and committed, so a learner
+  notebook's metadata; its title first, then a cell that installs the package and its ``labs``
+  extra where they are missing, ``grpo_minimal.course.notebook_setup``), copied to ``notebooks/labs/NN_name.ipynb`` and committed, so a learner
   needs no build step;
 - the **grader's material**: ``build/labs/NN_name-autograder.zip`` (public and hidden checks) and
   ``build/labs/solutions/NN_name.ipynb`` (the notebook with solutions), never committed.
@@ -37,7 +37,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from grpo_minimal.course.notebook_setup import lab_setup_source
+from grpo_minimal.course.notebook_setup import after_title, is_title, lab_setup_source
 
 SOURCE_DIR = Path("instructor/labs")
 STUDENT_DIR = Path("notebooks/labs")
@@ -88,9 +88,14 @@ def _source_notebook(source: Path, out: Path, seed: int) -> Path:
 def _normalise_student(path: Path, source: Path) -> str:
     """Stable JSON for a student notebook: fixed ids, no editor metadata, provenance noted."""
     notebook = json.loads(path.read_text())
-    # first, before otter's own cell imports otter: install the package and its labs extra
+    # the title first (otter puts its own cell above it), so the page opens with it; then, before
+    # otter's cell imports otter, the set-up cell: install the package and its labs extra
+    cells = notebook["cells"]
+    title = next((i for i, cell in enumerate(cells) if is_title(cell)), None)
+    if title is not None:
+        cells.insert(0, cells.pop(title))
     setup = lab_setup_source(source.stem).splitlines(keepends=True)
-    notebook["cells"].insert(0, {"cell_type": "code", "metadata": {}, "source": setup})
+    cells.insert(after_title(cells), {"cell_type": "code", "metadata": {}, "source": setup})
     for index, cell in enumerate(notebook["cells"]):
         cell["id"] = f"{source.stem}-{index:02d}"
         cell["metadata"].pop("lines_to_next_cell", None)
