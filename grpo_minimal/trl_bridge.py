@@ -204,7 +204,9 @@ def make_trl_trainer(
     """A TRL ``GRPOTrainer`` on ``train_rows`` with our settings; returns (trainer, clock).
 
     Prompts are formatted with ``cfg.prompt_template`` (TRL samples from that text) and reward
-    functions see the dataset's own prompts, as in ``lm_grpo``. Without ``reward_funcs``: ours
+    functions see the dataset's own prompts, as in ``lm_grpo``. A vision-language model's rows
+    (``tokenizer`` is its processor) go as TRL takes them: the prompt a one-turn conversation,
+    the ``image`` column beside it; TRL then encodes both with the processor. Without ``reward_funcs``: ours
     (``rewards.reward_functions``, weighted by ``cfg.format_weight``); given ones weigh 1 each.
     """
     from datasets import Dataset
@@ -214,6 +216,7 @@ def make_trl_trainer(
     from .lm_model import format_prompt, quiet_transformers
     from .lora import lora_config
     from .rewards import reward_functions
+    from .vlm import is_processor
 
     if reward_funcs is None:
         reward_funcs = reward_functions(format_weight=cfg.format_weight)[0]
@@ -223,10 +226,19 @@ def make_trl_trainer(
         f if isinstance(f, (str, torch.nn.Module)) else with_dataset_prompts(f)
         for f in reward_funcs
     ]
+    if is_processor(tokenizer) and cfg.prompt_template != "plain":
+        raise ValueError(
+            "prompt_template: on the TRL backend a vision-language model's prompt is one chat "
+            f"turn with its image (TRL applies the processor's template); use plain, got "
+            f"{cfg.prompt_template!r}"
+        )
     rows = [
         {
             **row,
-            "prompt": format_prompt(row["prompt"], tokenizer, cfg.prompt_template),
+            # a VLM: the conversation TRL asks for, TRL puts the row's "image" before the text
+            "prompt": [{"role": "user", "content": row["prompt"]}]
+            if is_processor(tokenizer)
+            else format_prompt(row["prompt"], tokenizer, cfg.prompt_template),
             DATASET_PROMPT: row["prompt"],
         }
         for row in train_rows
