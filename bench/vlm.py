@@ -183,8 +183,9 @@ def write(result: dict) -> None:
 
 
 def main() -> None:
-    from grpo_minimal.course.seed002 import VARIANTS
     from provenance import provenance
+
+    from grpo_minimal.course.seed002 import VARIANTS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -192,6 +193,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--steps", type=int, help="max_steps for a smoke run (default: preset's)")
     args = parser.parse_args()
+    made_by = provenance(threads=1) | {"workers": args.workers}  # the code as the runs start
     variants = args.only or [*VARIANTS, "trl"]
     folder = Path(tempfile.mkdtemp(prefix="vlm-fresh-"))
     fresh = fresh_rows(folder)
@@ -225,7 +227,7 @@ def main() -> None:
     result = {
         "what": "notebook 13: GRPO on the tiny VLM (bench/vlm.py)",
         "command": "python bench/vlm.py " + " ".join(sys.argv[1:]),
-        "provenance": provenance(threads=1) | {"workers": args.workers},
+        "provenance": made_by,
         "before": base,
         "summary": summarise(runs, base),
         "runs": sorted(runs, key=lambda r: (r["variant"], r["seed"])),
