@@ -86,7 +86,7 @@ def checked_rows(
     where = f" (dataset={cfg.dataset!r}, eval_split={cfg.eval_split!r})"
     overlap = check_held_out(train_rows, eval_rows, cfg.allow_eval_overlap, where)
     for rows, name in ((train_rows, "training"), (eval_rows, "evaluation")):
-        check_image_rows(rows, model, name)  # one image of the right size per row, for a VLM
+        check_image_rows(rows, model, name, tokenizer)  # a VLM: one image per row
         check_prompts(rows, tokenizer, model, cfg)
     return train_rows, eval_rows, overlap
 

@@ -87,9 +87,10 @@ def image_key(image) -> str:
     return hashlib.sha1(repr(image.size).encode() + image.tobytes()).hexdigest()
 
 
-def check_image_rows(rows: Sequence[dict], model, name: str) -> None:
-    """A VLM needs one image per row, of the size its vision tower takes (a processor would
-    resize any other size silently); a text model takes none (its forward would ignore one)."""
+def check_image_rows(rows: Sequence[dict], model, name: str, processor=None) -> None:
+    """A VLM needs one image per row; a text model takes none (its forward would ignore one).
+    Where the processor does not resize (the tiny VLM's: ``do_resize=False``), each image must
+    be the size the vision tower takes; a real VLM's processor resizes (and tiles) any size."""
     if not is_vlm(model):
         if any("image" in row for row in rows):
             index = next(i for i, row in enumerate(rows) if "image" in row)
@@ -99,6 +100,7 @@ def check_image_rows(rows: Sequence[dict], model, name: str) -> None:
             )
         return
     height, width = vision_image_size(model)
+    resizes = getattr(getattr(processor, "image_processor", None), "do_resize", False)
     for index, row in enumerate(rows):
         image = row.get("image")
         if image is None:
@@ -108,7 +110,7 @@ def check_image_rows(rows: Sequence[dict], model, name: str) -> None:
             )
         if not hasattr(image, "size"):
             raise ValueError(f"{name} row {index}: 'image' must be a PIL image, got {image!r:.80}")
-        if tuple(image.size) != (width, height):
+        if not resizes and tuple(image.size) != (width, height):
             raise ValueError(
                 f"{name} row {index}: the image is {image.size[0]}x{image.size[1]} pixels; this "
                 f"model's vision tower takes {width}x{height} (resize the images first)"
@@ -171,6 +173,7 @@ def build_tiny_vlm(text_model: str | Path, image_size: int = 32, patch: int = 8,
     square = {"height": image_size, "width": image_size}
     processor = LlavaProcessor(
         image_processor=CLIPImageProcessorPil(
+            do_resize=False,  # another size is refused (check_image_rows), not silently resized
             size=square,
             crop_size=square,
             do_center_crop=False,

@@ -23,6 +23,7 @@ import torch
 from numerics import assert_close_float32_sums
 from PIL import Image
 
+from grpo_minimal.cli import main
 from grpo_minimal.completions import sample_completions, uses_sampling_loop
 from grpo_minimal.course.seed002 import (
     GAMMA,
@@ -187,12 +188,11 @@ def write_rows(folder, image, **row):
     return path
 
 
-def cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "grpo_minimal", "math", "--no-progress", "--max-steps", "1", *args],
-        capture_output=True,
-        text=True,
-    )
+def cli(capsys, *args) -> tuple[int, str]:
+    """``grpo-minimal math ... --max-steps 1`` in this process: its exit code and stderr."""
+    with pytest.raises(SystemExit) as exited:
+        main(["math", "--no-progress", "--max-steps", "1", *args])
+    return exited.value.code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -204,7 +204,7 @@ def cli(*args):
         ("wrong_size", "the image is 64x64 pixels; this model's vision tower takes 32x32"),
     ],
 )
-def test_bad_images_give_one_clear_line(tmp_path, case, message):
+def test_bad_images_give_one_clear_line(tmp_path, capsys, case, message):
     white = Image.new("RGB", (32, 32), "white")
     if case == "unreadable":
         data = write_rows(tmp_path, b"not a png")
@@ -216,21 +216,11 @@ def test_bad_images_give_one_clear_line(tmp_path, case, message):
         with data.open("a") as fh:
             fh.write(json.dumps({"prompt": "", "answer": "2"}) + "\n")
     model = "tiny" if case == "text_model" else "tiny-vlm"
-    proc = cli(
-        "--model",
-        model,
-        "--dataset",
-        str(data),
-        "--eval-split",
-        str(data),
-        "--allow-eval-overlap",
-        "true",
-        "--out",
-        str(tmp_path / "run"),
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    out = str(tmp_path / "run")
+    flags = ["--dataset", str(data), "--eval-split", str(data), "--allow-eval-overlap", "true"]
+    code, err = cli(capsys, "--model", model, *flags, "--out", out)
+    assert code == 2, err
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_defaults_learn_in_a_small_budget(vlm):
