@@ -192,6 +192,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", help="variants to run (default: all, and trl)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--steps", type=int, help="max_steps for a smoke run (default: preset's)")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="add these runs to the results file's (replacing "
+        "runs of the same variant and seed), with this run's provenance beside the file's",
+    )
     args = parser.parse_args()
     made_by = provenance(threads=1) | {"workers": args.workers}  # the code as the runs start
     variants = args.only or [*VARIANTS, "trl"]
@@ -224,9 +230,19 @@ def main() -> None:
         for run in pool.imap_unordered(one_run, rest):
             runs.append(run)
             print(run["variant"], run["seed"], run["test_after"], run["train_s"], flush=True)
+    command = "python bench/vlm.py " + " ".join(sys.argv[1:])
+    if args.merge:  # the defaults' runs are read back, not rerun (runs are seeded)
+        old = json.loads(RESULTS.read_text())
+        done = {(r["variant"], r["seed"]) for r in runs}
+        kept = [r for r in old["runs"] if (r["variant"], r["seed"]) not in done]
+        runs = kept + runs
+        made_by = old["provenance"] | {
+            "merged": old["provenance"].get("merged", []) + [made_by | {"command": command}]
+        }
+        command = old["command"]
     result = {
         "what": "notebook 13: GRPO on the tiny VLM (bench/vlm.py)",
-        "command": "python bench/vlm.py " + " ".join(sys.argv[1:]),
+        "command": command,
         "provenance": made_by,
         "before": base,
         "summary": summarise(runs, base),

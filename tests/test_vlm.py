@@ -260,3 +260,23 @@ def test_fresh_images_are_in_no_split(tmp_path):
     assert len(fresh) == 50
     for split in ("train", "validation", "test"):
         assert count_overlap(load_shapes(split), fresh) == 0
+
+
+def test_make_shapes_reproduces_the_shipped_splits(tmp_path):
+    """The script redraws every shipped picture and row (pixels compared: PNG bytes may differ
+    between Pillow versions, the pictures may not)."""
+    subprocess.run(
+        [sys.executable, "data/make_shapes.py", "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    for split in ("train", "validation", "test"):
+        ours = load_jsonl(tmp_path / f"shapes_{split}.jsonl")
+        shipped_rows = load_shapes(split)
+        assert [(r["prompt"], r["answer"]) for r in ours] == [
+            (r["prompt"], r["answer"]) for r in shipped_rows
+        ]
+        assert all(
+            a["image"].tobytes() == b["image"].tobytes()
+            for a, b in zip(ours, shipped_rows, strict=True)
+        )

@@ -3,7 +3,7 @@ r"""Seed 002's list of changes to a VLM GRPO trainer, as variants of notebook 13
 The seed (``QWENGRPOConfig``, measured against a CartPole GRPO reference) lists what its
 vision-language GRPO trainer lacked: discounted returns, refreshing the reference every
 iteration, the k3 KL estimator, multi-epoch updates, normalising over every group, an entropy
-bonus and gradient clipping. Most are settings of ``MathConfig`` (``VARIANTS``); the three that
+bonus and gradient clipping. Most are settings of ``MathConfig`` (``VARIANTS``); those that
 change the algorithm are trainers that inherit ``LMGRPOTrainer`` and override one stage:
 
 - ``K1GRPOTrainer``: the KL penalty estimated by k1 = log pi - log pi_ref instead of k3. As a
@@ -11,6 +11,8 @@ change the algorithm are trainers that inherit ``LMGRPOTrainer`` and override on
   not pull the policy towards the reference at all.
 - ``EntropyBonusTrainer``: the loss minus ``entropy_coef`` times the mean token entropy (with
   its gradient), as CartPole's GRPO and PPO do.
+- ``SeedBatchNormTrainer``: the seed's "normalising over every group", the batch's mean and
+  std (``scale_rewards="batch"`` keeps each group's mean and divides by the batch's std).
 - ``DiscountedGRPOTrainer``: discounted returns for a one-turn answer. The reward r_i arrives
   after the last token; token t of a completion of length L_i gets G_{i,t} = gamma^(L_i-1-t) r_i.
   Normalised within the group at each position, these are the plain GRPO advantages whenever a
@@ -103,6 +105,20 @@ class EntropyBonusTrainer(_VariantLoss):
         return ENTROPY_COEF * masked_mean(entropy, mask)
 
 
+class SeedBatchNormTrainer(LMGRPOTrainer):
+    """The seed's "normalise over every group": A_i = (r_i - mean(r)) / (std(r) + 1e-8) over the
+    whole batch. No group baseline is left: it is REINFORCE with a batch baseline."""
+
+    name = "GRPO, batch baseline"
+
+    def advantages(self, rewards, rollout):
+        scored = ~rewards.isnan()
+        values = rewards[scored]
+        advantages = torch.zeros_like(rewards)
+        advantages[scored] = (values - values.mean()) / (values.std() + 1e-8)
+        return advantages, rollout.completion_mask
+
+
 class DiscountedGRPOTrainer(LMGRPOTrainer):
     """A_{i,t} = GAMMA^(L_i - 1 - t) A_i: the terminal reward discounted back to token t."""
 
@@ -120,7 +136,8 @@ VARIANTS: dict[str, tuple[dict, type[LMGRPOTrainer] | None]] = {
     "ref_every_step": ({"ref_update_every": 1}, None),
     "k1": ({}, K1GRPOTrainer),
     "epochs_4": ({"num_iterations": 4}, None),
-    "batch_norm": ({"scale_rewards": "batch"}, None),
+    "batch_norm": ({"scale_rewards": "batch"}, None),  # the group's mean, the batch's std
+    "seed_batch_norm": ({}, SeedBatchNormTrainer),  # the batch's mean and std
     "entropy_bonus": ({}, EntropyBonusTrainer),
     "no_clipping": ({"max_grad_norm": 0.0}, None),
     "discounted": ({}, DiscountedGRPOTrainer),
