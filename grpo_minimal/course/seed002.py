@@ -136,6 +136,7 @@ VARIANTS: dict[str, tuple[dict, type[LMGRPOTrainer] | None]] = {
     "ref_every_step": ({"ref_update_every": 1}, None),
     "k1": ({}, K1GRPOTrainer),
     "epochs_4": ({"num_iterations": 4}, None),
+    "steps_x4": ({"max_steps": 600}, None),  # epochs_4's optimizer steps, on fresh batches
     "batch_norm": ({"scale_rewards": "batch"}, None),  # the group's mean, the batch's std
     "seed_batch_norm": ({}, SeedBatchNormTrainer),  # the batch's mean and std
     "entropy_bonus": ({}, EntropyBonusTrainer),
@@ -145,4 +146,5 @@ VARIANTS: dict[str, tuple[dict, type[LMGRPOTrainer] | None]] = {
 """Each of seed 002's rows as (settings over notebook 13's defaults, trainer class or None for
 ``LMGRPOTrainer``). The defaults already hold five of the seed's seven changes (k3, group
 normalisation, clipping; a fixed reference and one epoch are their opposites), so each row
-switches one change off or on."""
+switches one change off or on. ``steps_x4`` is a control, not a row: as many optimizer steps as
+``epochs_4`` takes, each on a fresh batch."""
