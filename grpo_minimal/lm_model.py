@@ -18,7 +18,7 @@ import torch
 
 from . import fetch, shipped
 from .r1_format import R1_SYSTEM_PROMPT
-from .vlm import image_prompt, is_processor, text_tokenizer
+from .vlm import image_prompt, is_processor, is_vlm, text_tokenizer
 
 SHIPPED_MODELS = {
     name: shipped.data_dir() / shipped.SHIPPED_MODEL_FOLDERS[name]
@@ -107,38 +107,52 @@ def load_tokenizer(name: str):
 
 
 def is_vlm_folder(name: str) -> bool:
-    """True for a local model folder whose config has a vision tower (a ``vision_config``)."""
+    """True for a model whose config has a vision tower (a ``vision_config``): a local folder's
+    ``config.json``, or a Hub id's config (SmolVLM's GPU road loads one by its id)."""
     config = Path(name) / "config.json"
-    return config.is_file() and '"vision_config"' in config.read_text(encoding="utf-8")
+    if config.is_file() or Path(name).is_dir():
+        return config.is_file() and '"vision_config"' in config.read_text(encoding="utf-8")
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(name)
+    except (OSError, ValueError):  # no config (a Hub LoRA adapter): the causal-LM loader decides
+        return False
+    return getattr(config, "vision_config", None) is not None
+
+
+def load_processor(name: str):
+    """A vision-language model's processor (images and text), its tokenizer padding left."""
+    from transformers import AutoProcessor
+
+    with quiet_transformers():
+        processor = AutoProcessor.from_pretrained(name)
+    processor.tokenizer.padding_side = "left"
+    return processor
 
 
 def load_model(name: str, device: torch.device):
     """A causal LM (float32 weights, dropout off) and its tokenizer (``load_tokenizer``); a LoRA
     checkpoint loads as its base model with the adapter merged (``lora.load_adapter_merged``).
-    A vision-language model folder (``vlm.py``) loads with its processor in the tokenizer's
-    place."""
-    from transformers import AutoModelForCausalLM
+    A vision-language model (``vlm.py``), or a LoRA checkpoint of one, loads with its processor
+    in the tokenizer's place."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     from .lora import is_adapter_folder, load_adapter_merged
 
     name = resolve_model_name(name)
-    if is_vlm_folder(name):
-        from transformers import AutoModelForImageTextToText, AutoProcessor
-
-        with quiet_transformers():
-            model = AutoModelForImageTextToText.from_pretrained(name, dtype=torch.float32)
-            processor = AutoProcessor.from_pretrained(name)
-        processor.tokenizer.padding_side = "left"
-        disable_dropout(model)
-        return model.to(device), processor
-    tokenizer = load_tokenizer(name)
     with quiet_transformers():
         if is_adapter_folder(name):  # a LoRA run's checkpoint: its base, the adapter merged in
-            model = load_adapter_merged(name, device, load_model).to(device)
+            model = load_adapter_merged(name, device, load_model)
+        elif is_vlm_folder(name):
+            model = AutoModelForImageTextToText.from_pretrained(name, dtype=torch.float32)
         else:
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).to(device)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+    # a VLM's LoRA checkpoint holds its processor too: reloaded with the text tokenizer alone,
+    # it could not read images (and --merge would write a model without its image processor)
+    tokenizer = load_processor(name) if is_vlm(model) else load_tokenizer(name)
     disable_dropout(model)
-    return model, tokenizer
+    return model.to(device), tokenizer
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

@@ -62,10 +62,12 @@ def vision_image_size(model) -> tuple[int, int]:
 
 
 def image_prompt(messages: list[dict]) -> list[dict]:
-    """``messages`` with one image block before the last user message's text."""
+    """``messages`` with one image block before the last user message's text. Every message's
+    content becomes a list of parts, as TRL writes them: SmolVLM's chat template reads only
+    parts, and would drop a system prompt given as a string."""
     *first, last = messages
     return [
-        *first,
+        *[{**m, "content": [{"type": "text", "text": m["content"]}]} for m in first],
         {**last, "content": [{"type": "image"}, {"type": "text", "text": last["content"]}]},
     ]
 
