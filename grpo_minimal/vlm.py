@@ -160,14 +160,11 @@ def build_tiny_vlm(text_model: str | Path, image_size: int = 32, patch: int = 8,
         PreTrainedTokenizerFast,
     )
 
-    from .lm_model import quiet_transformers
-
     if image_size % patch:
         raise ValueError(f"image_size={image_size} must be a multiple of patch={patch}")
     image_tokens = (image_size // patch) ** 2
-    with quiet_transformers():
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(text_model))
-        text = AutoModelForCausalLM.from_pretrained(str(text_model), dtype=torch.float32)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(text_model))
+    text = AutoModelForCausalLM.from_pretrained(str(text_model), dtype=torch.float32)
     tokenizer.add_tokens([AddedToken(IMAGE_TOKEN, special=True, normalized=False)])
     tokenizer.padding_side = "left"
     context = image_tokens + text.config.max_position_embeddings  # the image comes on top
