@@ -108,3 +108,33 @@ def test_notebook_06_runs_every_cell_with_the_cuda_settings(card, held_out, tmp_
     # the TRL comparison is off with CUDA (it would cost as much as the run)
     (trl_cell,) = [source for source in printed if "make_trl_trainer" in source]
     assert printed[trl_cell] == ""
+
+
+VLM_NOTEBOOK = ROOT / "notebooks" / "13_grpo_on_a_vision_language_model.ipynb"
+VLM_FAKE_CUDA = """\
+import torch
+import grpo_minimal.device
+
+torch.cuda.is_available = lambda: True  # what the notebook asks to choose its branch
+grpo_minimal.device.pick_device = lambda name="auto": torch.device("cpu")  # the "GPU" is this CPU
+"""
+
+
+def test_notebook_13_trains_its_gpu_vlm_with_cuda_faked(tmp_path, monkeypatch):
+    """Notebook 13's section 10 as a learner with a CUDA GPU runs it: SmolVLM-256M-Instruct with
+    LoRA, here the offline Idefics3 stand-in (``data/standin_vlm``, SmolVLM's classes, chat
+    template and tiling) in its place. Only the cells it needs run: the set-up, the imports,
+    the data, and section 10."""
+    monkeypatch.setenv("GRPO_QUICK", "1")
+    notebook = nbformat.read(VLM_NOTEBOOK, as_version=4)
+    keep = ("course-setup", "imports", "task", "gpu")
+    notebook.cells = [c for c in notebook.cells if c.get("id") in keep]
+    (gpu,) = [c for c in notebook.cells if c.get("id") == "gpu"]
+    real = '"HuggingFaceTB/SmolVLM-256M-Instruct"'
+    assert real in gpu.source
+    gpu.source = gpu.source.replace(real, repr(str(ROOT / "data" / "standin_vlm")), 1)
+    notebook.cells.insert(1, nbformat.v4.new_code_cell(VLM_FAKE_CUDA))
+    NotebookClient(notebook, timeout=600, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "".join(o.get("text", "") for o in gpu.outputs if "text" in o)
+    assert "training " in text and "lora_r=16" in text and "no CUDA GPU here" not in text
+    assert "validation accuracy" in text and "after 2 steps" in text

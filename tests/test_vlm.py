@@ -280,3 +280,28 @@ def test_make_shapes_reproduces_the_shipped_splits(tmp_path):
             a["image"].tobytes() == b["image"].tobytes()
             for a, b in zip(ours, shipped_rows, strict=True)
         )
+
+
+def test_a_reference_refreshed_every_step_is_no_reference(vlm, rows):
+    """Seed 002's first change, with one update per batch: the reference refreshed after every
+    step is the policy that samples the next batch, so the KL term is exactly 0 in value and in
+    gradient (k3 at log pi = log pi_ref: e^0 - 0 - 1 = 0, its gradient (1 - 1) grad log pi): the
+    run is beta = 0's, step for step, up to rounding."""
+    model, processor = vlm
+    records = {}
+    for name, settings in (("refreshed", {"ref_update_every": 1}), ("beta 0", {"beta": 0.0})):
+        fresh, _ = load_model("tiny-vlm", torch.device("cpu"))
+        trainer = LMGRPOTrainer(
+            config(prompts_per_step=4, num_generations=4, **settings), fresh, processor
+        )
+        torch.manual_seed(5)
+        records[name] = [trainer.step(rows[4 * i : 4 * i + 4])[0] for i in range(2)]
+        records[name + " weights"] = [p.detach().clone() for p in fresh.parameters()]
+    assert records["refreshed"][1]["kl"] == 0.0  # the first step's KL is 0 in both: pi = pi_ref
+    assert [r["loss"] for r in records["refreshed"]] == [r["loss"] for r in records["beta 0"]]
+    # the KL's zero gradient is a sum of equal and opposite terms, so the gradients agree up to
+    # rounding; AdamW moves a weight by at most about the learning rate a step, whatever the
+    # gradient's size, so two steps differ by at most 2 x 2 x lr even where rounding flips a sign
+    bound = 4 * config().learning_rate
+    for a, b in zip(records["refreshed weights"], records["beta 0 weights"], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=bound)
