@@ -75,6 +75,13 @@ COURSE = {
         "with LoRA (the `lora` extra); peak memory is about 5 GiB.",
     ),
     "12_ppo_vs_grpo_on_a_language_model": Needs("about 2 min"),
+    "13_grpo_on_a_vision_language_model": Needs(
+        "about 30 s",
+        extra="lora",
+        note="No GPU needed: on a CPU it trains the shipped tiny vision-language model. On a CUDA "
+        "GPU (a Colab T4) section 10 also trains SmolVLM-256M-Instruct from the Hugging Face Hub "
+        "with LoRA (the `lora` extra, which the set-up cell installs on Colab).",
+    ),
 }
 """The course notebooks (``notebooks/NAME.ipynb``) and what each needs."""
 
