@@ -134,6 +134,8 @@ class DiscountedGRPOTrainer(LMGRPOTrainer):
 VARIANTS: dict[str, tuple[dict, type[LMGRPOTrainer] | None]] = {
     "default": ({}, None),  # a fixed reference, k3, 1 epoch, group normalisation, clip 1.0
     "ref_every_step": ({"ref_update_every": 1}, None),
+    # the seed's own pairing: a reference refreshed each iteration, then several epochs on it
+    "ref_every_step_epochs_4": ({"ref_update_every": 1, "num_iterations": 4}, None),
     "k1": ({}, K1GRPOTrainer),
     "epochs_4": ({"num_iterations": 4}, None),
     "steps_x4": ({"max_steps": 600}, None),  # epochs_4's optimizer steps, on fresh batches
@@ -144,7 +146,8 @@ VARIANTS: dict[str, tuple[dict, type[LMGRPOTrainer] | None]] = {
     "discounted": ({}, DiscountedGRPOTrainer),
 }
 """Each of seed 002's rows as (settings over notebook 13's defaults, trainer class or None for
-``LMGRPOTrainer``). The defaults already hold five of the seed's seven changes (k3, group
-normalisation, clipping; a fixed reference and one epoch are their opposites), so each row
-switches one change off or on. ``steps_x4`` is a control, not a row: as many optimizer steps as
-``epochs_4`` takes, each on a fresh batch."""
+``LMGRPOTrainer``). The defaults hold two of the seed's seven changes (k3, with its gradient, and
+gradient clipping; GRPO's group normalisation is not the seed's batch normalisation), so each row
+switches one change on or off. ``steps_x4`` is a control, not a row: as many optimizer steps as
+``epochs_4`` takes, each on a freshly sampled batch; ``ref_every_step_epochs_4`` is the seed's own
+pairing of a refreshed reference with several epochs."""
