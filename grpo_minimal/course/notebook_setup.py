@@ -80,7 +80,8 @@ COURSE = {
         extra="lora",
         note="No GPU needed: on a CPU it trains the shipped tiny vision-language model. On a CUDA "
         "GPU (a Colab T4) section 10 also trains SmolVLM-256M-Instruct from the Hugging Face Hub "
-        "with LoRA (the `lora` extra, which the set-up cell installs on Colab).",
+        "with LoRA (the `lora` extra, which the set-up cell installs on Colab); that run was not "
+        "made by this project, only its code path tested on a stand-in.",
     ),
 }
 """The course notebooks (``notebooks/NAME.ipynb``) and what each needs."""
