@@ -6,10 +6,10 @@ Run from the repository root (a few seconds):
     .venv/bin/python data/make_shapes.py --fresh 500 --seed 7 --out /tmp/fresh   # in no split
 
 Each image is 32x32 RGB on white: 1 to 6 small filled shapes (a square, a disc or a triangle,
-4 to 6 pixels wide, a random dark grey), at most one in each cell of a 4x4 grid, placed at a
-random spot inside its cell. The answer is how many (one digit; a blind guess is right 1 time
-in 6). The grid is the tiny VLM's patch grid (8x8-pixel patches): each shape falls in one image
-token, so the count is the number of image tokens with ink. That makes the task learnable by a
+5 to 7 pixels wide: PIL draws both end points; a random dark grey), at most one in each cell of
+a 4x4 grid, placed at a random spot inside its cell. The answer is how many (one digit; a blind
+guess is right 1 time in 6). The grid is the tiny VLM's patch grid (8x8-pixel patches): each
+shape falls in one image token, so the count is the number of image tokens with ink. That makes the task learnable by a
 model of under a million parameters in minutes, and it is still a count: shapes, sizes, greys
 and places vary, and the text alone says nothing (the prompt is empty).
 
