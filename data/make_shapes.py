@@ -9,9 +9,9 @@ Each image is 32x32 RGB on white: 1 to 6 small filled shapes (a square, a disc o
 5 to 7 pixels wide: PIL draws both end points; a random dark grey), at most one in each cell of
 a 4x4 grid, placed at a random spot inside its cell. The answer is how many (one digit; a blind
 guess is right 1 time in 6). The grid is the tiny VLM's patch grid (8x8-pixel patches): each
-shape falls in one image token, so the count is the number of image tokens with ink. That makes the task learnable by a
-model of under a million parameters in minutes, and it is still a count: shapes, sizes, greys
-and places vary, and the text alone says nothing (the prompt is empty).
+shape falls in one image token, so the count is the number of image tokens with ink. That makes
+the task learnable by a model of under a million parameters in minutes, and it is still a count:
+shapes, sizes, greys and places vary, and the text alone says nothing (the prompt is empty).
 
 Files: ``shapes/shapes_{train,validation,test}.jsonl``, one row per image,
 ``{"image": "train/00000.png", "prompt": "", "answer": "3"}`` (the image's path is relative to
