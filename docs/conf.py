@@ -39,6 +39,7 @@ REFERENCE = [
     "data/TINY_MODEL",
     "data/STANDIN_MODEL",
     "data/REASONING_MODEL",
+    "data/TINY_VLM",
     "CHANGELOG",
     "README.ko",
     "docs/glossary.ko",
