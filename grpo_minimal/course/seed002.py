@@ -139,6 +139,7 @@ VARIANTS: dict[str, tuple[dict, type[LMGRPOTrainer] | None]] = {
     "k1": ({}, K1GRPOTrainer),
     "epochs_4": ({"num_iterations": 4}, None),
     "steps_x4": ({"max_steps": 600}, None),  # epochs_4's optimizer steps, on fresh batches
+    "no_std": ({"scale_rewards": "none"}, None),  # the seed's starting point: the group's mean only
     "batch_norm": ({"scale_rewards": "batch"}, None),  # the group's mean, the batch's std
     "seed_batch_norm": ({}, SeedBatchNormTrainer),  # the batch's mean and std
     "entropy_bonus": ({}, EntropyBonusTrainer),
