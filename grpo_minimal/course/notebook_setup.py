@@ -76,7 +76,7 @@ COURSE = {
     ),
     "12_ppo_vs_grpo_on_a_language_model": Needs("about 2 min"),
     "13_grpo_on_a_vision_language_model": Needs(
-        "about 30 s",
+        "about 25-45 s",
         extra="lora",
         note="No GPU needed: on a CPU it trains the shipped tiny vision-language model. On a CUDA "
         "GPU (a Colab T4) section 10 also trains SmolVLM-256M-Instruct from the Hugging Face Hub "
