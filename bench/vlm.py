@@ -199,7 +199,9 @@ def main() -> None:
         "runs of the same variant and seed), with this run's provenance beside the file's",
     )
     args = parser.parse_args()
-    made_by = provenance(threads=1) | {"workers": args.workers}  # the code as the runs start
+    import trl
+
+    made_by = provenance(threads=1) | {"workers": args.workers, "trl": trl.__version__}
     variants = args.only or [*VARIANTS, "trl"]
     folder = Path(tempfile.mkdtemp(prefix="vlm-fresh-"))
     fresh = fresh_rows(folder)
