@@ -34,9 +34,8 @@ RESULTS = HERE / "results" / "vlm.json"
 FRESH_SEED = 100
 
 
-def fresh_rows(folder: Path) -> list[dict]:
-    from grpo_minimal.data import load_jsonl
-
+def draw_fresh(folder: Path) -> str:
+    """``data/make_shapes.py --fresh 500 --seed 100`` into ``folder``: its JSONL file's path."""
     subprocess.run(
         [
             sys.executable,
@@ -51,7 +50,7 @@ def fresh_rows(folder: Path) -> list[dict]:
         check=True,
         capture_output=True,
     )
-    return load_jsonl(folder / "fresh.jsonl")
+    return str(folder / "fresh.jsonl")
 
 
 def one_run(job: dict) -> dict:
@@ -203,10 +202,7 @@ def main() -> None:
 
     made_by = provenance(threads=1) | {"workers": args.workers, "trl": trl.__version__}
     variants = args.only or [*VARIANTS, "trl"]
-    folder = Path(tempfile.mkdtemp(prefix="vlm-fresh-"))
-    fresh = fresh_rows(folder)
-    del fresh
-    fresh_path = str(folder / "fresh.jsonl")
+    fresh_path = draw_fresh(Path(tempfile.mkdtemp(prefix="vlm-fresh-")))
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(args.workers, maxtasksperchild=1) as pool:
         base = pool.apply(baseline, (fresh_path,))

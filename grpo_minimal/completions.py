@@ -377,7 +377,8 @@ def sample_completions(
         ).to(device)
     prompt_ids, prompt_mask = enc.pop("input_ids"), enc.pop("attention_mask")
     prompt_inputs = dict(enc)  # a VLM's pixel_values; nothing for a text model
-    suppress_ids = [getattr(model.config, "image_token_id", None)] if prompt_inputs else []
+    image_token = getattr(model.config, "image_token_id", None)
+    suppress_ids = [image_token] if prompt_inputs and image_token is not None else []
     tokenizer = text_tokenizer(tokenizer)
     draw = sample_with_kv_cache if sampler == "loop" else generate_completions
     was_training = model.training
@@ -396,7 +397,7 @@ def sample_completions(
                 pad_id=tokenizer.pad_token_id,
                 eos_ids=eos_ids,
                 prompt_inputs=prompt_inputs,
-                suppress_ids=[i for i in suppress_ids if i is not None],
+                suppress_ids=suppress_ids,
             )
     finally:
         model.train(was_training)

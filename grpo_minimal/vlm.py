@@ -94,12 +94,12 @@ def check_image_rows(rows: Sequence[dict], model, name: str, processor=None) -> 
     Where the processor does not resize (the tiny VLM's: ``do_resize=False``), each image must
     be the size the vision tower takes; a real VLM's processor resizes (and tiles) any size."""
     if not is_vlm(model):
-        if any("image" in row for row in rows):
-            index = next(i for i, row in enumerate(rows) if "image" in row)
-            raise ValueError(
-                f"{name} row {index} has an image, but the model is a text model that cannot "
-                "read it; use a vision-language model (--model tiny-vlm) or rows without images"
-            )
+        for index, row in enumerate(rows):
+            if "image" in row:
+                raise ValueError(
+                    f"{name} row {index} has an image, but the model is a text model that cannot "
+                    "read it; use a vision-language model (--model tiny-vlm) or rows without images"
+                )
         return
     height, width = vision_image_size(model)
     resizes = getattr(getattr(processor, "image_processor", None), "do_resize", False)

@@ -32,7 +32,7 @@ from grpo_minimal.completions import (
     sample_with_kv_cache,
     uses_sampling_loop,
 )
-from grpo_minimal.data import DATA_DIR, load_math_rows
+from grpo_minimal.data import DATA_DIR, load_math_rows, load_shapes
 from grpo_minimal.lm_grpo import LMGRPOTrainer
 from grpo_minimal.lm_model import format_prompt, load_model
 from grpo_minimal.math_config import MathConfig
@@ -57,9 +57,10 @@ def standin():
     return load_model(str(DATA_DIR / "standin_lm"), torch.device("cpu"))
 
 
-def draw_both(model, tokenizer, prompts, seed, **settings):
+def draw_both(model, tokenizer, prompts, seed, rows=None, **settings):
     """The same draw through each sampler, from the same seed: (rollout, the generator's state
-    after, the probabilities each call of ``torch.multinomial`` drew from)."""
+    after, the probabilities each call of ``torch.multinomial`` drew from). ``rows`` carry a
+    vision-language model's pictures."""
     out = {}
     multinomial = torch.multinomial
     for sampler in ("generate", "loop"):
@@ -73,7 +74,7 @@ def draw_both(model, tokenizer, prompts, seed, **settings):
         torch.multinomial = spy
         try:
             rollout = sample_completions(
-                model, tokenizer, [{}] * len(prompts), prompts, sampler=sampler, **settings
+                model, tokenizer, rows or [{}] * len(prompts), prompts, sampler=sampler, **settings
             )
         finally:
             torch.multinomial = multinomial
@@ -138,6 +139,31 @@ def test_the_loop_draws_what_generate_draws_on_the_standin(standin, temperature,
             top_p=top_p,
         )
         assert_same_draws(generated, looped)
+
+
+@pytest.mark.parametrize(
+    "model_name, question, settings",
+    [  # notebook 13's LLaVA (it reads digits), and the GPU road's Idefics3 (SmolVLM's classes)
+        ("tiny-vlm", "12+", dict(num_generations=4, max_new_tokens=2)),
+        ("data/standin_vlm", "How many shapes?", dict(num_generations=3, max_new_tokens=6)),
+    ],
+)
+def test_the_loop_draws_what_generate_draws_on_a_vision_language_model(
+    model_name, question, settings
+):
+    """The picture enters the prompt pass only (its features then live in the cache) and
+    ``<image>`` is masked before the temperature, as ``generate``'s ``suppress_tokens`` does.
+    One prompt is longer (left padding); for the Idefics3, one picture is twice as wide (fewer
+    tiles: its processor pads ``pixel_values`` with blank tiles)."""
+    model, processor = load_model(model_name, torch.device("cpu"))
+    assert uses_sampling_loop(model)
+    rows = load_shapes("validation")[:4]
+    rows[1] = {**rows[1], "prompt": question}
+    if model_name != "tiny-vlm":  # the tiny one takes 32x32 pictures only
+        rows[2] = {**rows[2], "image": rows[2]["image"].resize((64, 32))}
+    prompts = [format_prompt(r["prompt"], processor, "plain") for r in rows]
+    for seed in SEEDS:
+        assert_same_draws(*draw_both(model, processor, prompts, seed, rows=rows, **settings))
 
 
 @pytest.mark.parametrize("model_name", ["tiny", "standin"])

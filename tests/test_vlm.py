@@ -5,7 +5,7 @@
 - The log-probs the loss uses are those of transformers' own causal-LM loss with every prompt
   and image position labelled -100: image tokens carry no loss, yet the vision tower and the
   projector get a gradient (through attention); shared-prompt and per-row passes agree.
-- The sampling loop draws what ``generate`` draws on the VLM.
+- (The sampling loop draws what ``generate`` draws on the VLM: ``tests/test_sampling_loop.py``.)
 - Seed 002's trainers: the written-out loss equals the trainer's; k1 and discounting by hand.
 - Bad input is one line: an unreadable image, a row without an image, an image given to a text
   model, an image of another size; the held-out check compares pictures.
@@ -24,7 +24,6 @@ from numerics import assert_close_float32_sums
 from PIL import Image
 
 from grpo_minimal.cli import main
-from grpo_minimal.completions import sample_completions, uses_sampling_loop
 from grpo_minimal.course.seed002 import (
     GAMMA,
     DiscountedGRPOTrainer,
@@ -33,7 +32,7 @@ from grpo_minimal.course.seed002 import (
 )
 from grpo_minimal.data import count_overlap, load_jsonl, load_shapes
 from grpo_minimal.lm_grpo import LMGRPOTrainer
-from grpo_minimal.lm_model import format_prompt, load_model
+from grpo_minimal.lm_model import load_model
 from grpo_minimal.lm_train import evaluate_accuracy, train_math
 from grpo_minimal.lm_trainer import completion_logps
 from grpo_minimal.math_config import MathConfig
@@ -117,19 +116,6 @@ def test_image_tokens_carry_no_loss_and_the_vision_tower_still_learns(vlm, rows)
     assert all("post_layernorm" in n for n in silent), silent
     assert any("vision_tower" in n for n, p in model.named_parameters() if p.grad is not None)
     model.zero_grad(set_to_none=True)
-
-
-def test_the_sampling_loop_draws_what_generate_draws(vlm, rows):
-    model, processor = vlm
-    assert uses_sampling_loop(model)
-    prompts = [format_prompt(r["prompt"], processor, "plain") for r in rows]
-    draws = {}
-    for sampler in ("loop", "generate"):
-        torch.manual_seed(3)
-        draws[sampler] = sample_completions(
-            model, processor, rows, prompts, num_generations=4, max_new_tokens=2, sampler=sampler
-        ).completion_ids
-    assert torch.equal(draws["loop"], draws["generate"])
 
 
 def test_the_written_out_loss_is_the_trainers(vlm, rows):

@@ -9,7 +9,8 @@ model; ``Idefics3Processor`` with image splitting) at a tiny size, random weight
   checkpointing (per-row passes), LoRA, and beta > 0 (a reference copy); the loss is finite and
   the vision tower gets a gradient.
 - Shared-prompt and per-row log-probs (and gradients) agree, with padded prompts and images of
-  different tile counts; the sampling loop draws what ``generate`` draws.
+  different tile counts (the sampling loop draws what ``generate`` draws:
+  ``tests/test_sampling_loop.py``).
 - A system prompt survives SmolVLM's chat template; a LoRA checkpoint reloads with its processor.
 """
 
@@ -21,7 +22,7 @@ import pytest
 import torch
 from numerics import assert_close_float32_sums
 
-from grpo_minimal.completions import sample_completions, uses_sampling_loop
+from grpo_minimal.completions import sample_completions
 from grpo_minimal.data import load_shapes
 from grpo_minimal.lm_model import format_prompt, is_vlm_folder, load_model
 from grpo_minimal.lm_train import train_math
@@ -46,6 +47,12 @@ def rows():
     rows[1] = {**rows[1], "prompt": "How many shapes?"}
     rows[2] = {**rows[2], "image": rows[2]["image"].resize((64, 32))}
     return rows
+
+
+def standin_config(**settings) -> MathConfig:
+    """A run on the stand-in: 2 pictures x 2 answers a step, float32, no evaluation on the way."""
+    run = dict(model=STANDIN, dataset="shapes", prompts_per_step=2, num_generations=2)
+    return MathConfig(**run, eval_every=0, dtype="float32", **settings)
 
 
 def some_reward(completions, **_):
@@ -93,18 +100,7 @@ def test_a_hub_id_with_a_vision_tower_loads_as_a_vlm(monkeypatch):
     ],
 )
 def test_grpo_trains_the_standin(case, overrides):
-    cfg = MathConfig(
-        model=STANDIN,
-        dataset="shapes",
-        max_completion_length=4,
-        prompts_per_step=2,
-        num_generations=2,
-        max_steps=2,
-        eval_n=4,
-        eval_every=0,
-        dtype="float32",
-        **overrides,
-    )
+    cfg = standin_config(max_completion_length=4, max_steps=2, eval_n=4, **overrides)
     trainer, history = train_math(cfg, reward_funcs=[some_reward], progress=False)
     steps = history[1:]
     assert len(steps) == 2 and all(math.isfinite(s["loss"]) for s in steps)
@@ -147,19 +143,6 @@ def test_shared_prompt_and_per_row_passes_agree(vlm, rows):
     assert_close_float32_sums(results[True][1], results[False][1], terms=hidden * int(mask.sum()))
 
 
-def test_the_sampling_loop_draws_what_generate_draws(vlm, rows):
-    model, processor = vlm
-    assert uses_sampling_loop(model)
-    prompts = [format_prompt(r["prompt"], processor, "plain") for r in rows]
-    draws = {}
-    for sampler in ("loop", "generate"):
-        torch.manual_seed(2)
-        draws[sampler] = sample_completions(
-            model, processor, rows, prompts, num_generations=3, max_new_tokens=6, sampler=sampler
-        ).completion_ids
-    assert torch.equal(draws["loop"], draws["generate"])
-
-
 def test_a_system_prompt_survives_smolvlms_chat_template(vlm):
     _, processor = vlm
     text = format_prompt("What is 2+2?", processor, "r1")
@@ -168,18 +151,7 @@ def test_a_system_prompt_survives_smolvlms_chat_template(vlm):
 
 
 def test_a_lora_checkpoint_reloads_with_its_processor(tmp_path):
-    cfg = MathConfig(
-        model=STANDIN,
-        dataset="shapes",
-        max_completion_length=2,
-        prompts_per_step=2,
-        num_generations=2,
-        max_steps=1,
-        eval_n=2,
-        eval_every=0,
-        lora_r=4,
-        dtype="float32",
-    )
+    cfg = standin_config(max_completion_length=2, max_steps=1, eval_n=2, lora_r=4)
     train_math(cfg, progress=False, out_dir=tmp_path)
     model, processor = load_model(str(tmp_path), torch.device("cpu"))
     assert type(model).__name__ == "Idefics3ForConditionalGeneration"
