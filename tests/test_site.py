@@ -288,7 +288,9 @@ def test_pages_load_in_chromium_with_images_and_typeset_math(site):
             )
             for name in pages:
                 current[0] = name
-                page.goto(base + name, wait_until="load")
+                # networkidle: the page's own late requests (Chromium fetches the icon after
+                # load) finish here, not aborted by the next page or by closing the browser
+                page.goto(base + name, wait_until="networkidle")
                 source = "" if name in labs else _source_of(name)
                 if "$" in source or "\\begin{" in source:
                     # MathJax typesets after load: wait for it, then look for its output
